@@ -1,0 +1,280 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// ServiceTimeSource says where the mean service time S comes from.
+// +kubebuilder:validation:Enum=Declared;Measured
+type ServiceTimeSource string
+
+const (
+	// ServiceTimeDeclared uses spec.serviceTime.mean as it is.
+	ServiceTimeDeclared ServiceTimeSource = "Declared"
+	// ServiceTimeMeasured starts from mean and then follows what the
+	// dispatchers measure.
+	ServiceTimeMeasured ServiceTimeSource = "Measured"
+)
+
+// AuthenticationMode says how a dispatcher identifies a request's tenant.
+// +kubebuilder:validation:Enum=TrustedHeader;APIKey
+type AuthenticationMode string
+
+const (
+	// AuthTrustedHeader reads the tenant ID from a header set by a gateway.
+	AuthTrustedHeader AuthenticationMode = "TrustedHeader"
+	// AuthAPIKey maps a Bearer key to a tenant through hashed keys.
+	AuthAPIKey AuthenticationMode = "APIKey"
+)
+
+// SharedStateMode says whether dispatchers share their counts.
+// +kubebuilder:validation:Enum=Local;Redis
+type SharedStateMode string
+
+const (
+	// SharedStateLocal gives each dispatcher its own slice of the pool.
+	SharedStateLocal SharedStateMode = "Local"
+	// SharedStateRedis gives every dispatcher the pool-wide numbers and
+	// shares the counts through Redis.
+	SharedStateRedis SharedStateMode = "Redis"
+)
+
+// ServiceTime is the mean time one request occupies one slot.
+type ServiceTime struct {
+	// mean service time of one request at full pool concurrency.
+	// +kubebuilder:validation:XValidation:rule="duration(self) > duration('0s')",message="serviceTime.mean must be greater than 0"
+	Mean metav1.Duration `json:"mean"`
+
+	// source of the service time used for the bounds.
+	// +kubebuilder:default=Declared
+	// +optional
+	Source ServiceTimeSource `json:"source,omitempty"`
+}
+
+// Ageing sets how fast a queued request gains priority. Exactly one of rate
+// and starvationBound is set.
+// +kubebuilder:validation:XValidation:rule="has(self.rate) != has(self.starvationBound)",message="ageing must set exactly one of rate and starvationBound"
+type Ageing struct {
+	// rate is the seconds of waiting worth one priority point.
+	// +kubebuilder:validation:XValidation:rule="duration(self) > duration('0s')",message="ageing.rate must be greater than 0"
+	// +optional
+	Rate *metav1.Duration `json:"rate,omitempty"`
+
+	// starvationBound is the longest wait of the lowest tier behind the
+	// highest; the rate is then bound / (max base - min base).
+	// +kubebuilder:validation:XValidation:rule="duration(self) > duration('0s')",message="ageing.starvationBound must be greater than 0"
+	// +optional
+	StarvationBound *metav1.Duration `json:"starvationBound,omitempty"`
+}
+
+// Backend says how dispatchers reach the model pods.
+type Backend struct {
+	// port of the model server in each pod.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	Port int32 `json:"port"`
+
+	// scheme used to reach the model server.
+	// +kubebuilder:validation:Enum=http;https
+	// +kubebuilder:default=http
+	// +optional
+	Scheme string `json:"scheme,omitempty"`
+}
+
+// Dispatchers selects this pool's dispatcher pods.
+type Dispatchers struct {
+	// selector of the dispatcher pods in the pool's namespace.
+	Selector metav1.LabelSelector `json:"selector"`
+
+	// adminPort is where a dispatcher accepts policy pushes.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	// +kubebuilder:default=9090
+	// +optional
+	AdminPort int32 `json:"adminPort,omitempty"`
+}
+
+// Authentication says how tenants are identified.
+// +kubebuilder:validation:XValidation:rule="self.mode == 'APIKey' || (has(self.headerName) && size(self.headerName) > 0)",message="authentication.headerName is required when authentication.mode is TrustedHeader"
+type Authentication struct {
+	// mode is TrustedHeader or APIKey.
+	// +kubebuilder:default=TrustedHeader
+	// +optional
+	Mode AuthenticationMode `json:"mode,omitempty"`
+
+	// headerName carries the tenant ID in TrustedHeader mode; ignored in
+	// APIKey mode.
+	// +kubebuilder:default=X-Tenant-ID
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9-]+$`
+	// +kubebuilder:validation:MaxLength=128
+	// +optional
+	HeaderName string `json:"headerName,omitempty"`
+}
+
+// ModelPoolSpec describes one pool of model replicas.
+// +kubebuilder:validation:XValidation:rule="!has(self.clientTimeout) || duration(self.clientTimeout) >= duration('1s')",message="clientTimeout must be at least 1s"
+type ModelPoolSpec struct {
+	// deploymentRef names the model Deployment in this namespace. Its
+	// status.readyReplicas is the pool size.
+	DeploymentRef LocalObjectReference `json:"deploymentRef"`
+
+	// concurrencyPerReplica is the number of simultaneous generations one
+	// replica sustains (vLLM's max-num-seqs).
+	// +kubebuilder:validation:Minimum=1
+	ConcurrencyPerReplica int32 `json:"concurrencyPerReplica"`
+
+	// serviceTime is the mean time one request holds a slot.
+	ServiceTime ServiceTime `json:"serviceTime"`
+
+	// clientTimeout caps every tier's wait: no queue may imply a longer one.
+	// +optional
+	ClientTimeout *metav1.Duration `json:"clientTimeout,omitempty"`
+
+	// ageing sets how queued requests gain priority.
+	// +kubebuilder:default={rate:"6s"}
+	// +optional
+	Ageing Ageing `json:"ageing,omitempty"`
+
+	// backend says how dispatchers reach the model pods.
+	Backend Backend `json:"backend"`
+
+	// dispatchers selects the pods that receive this pool's policy.
+	Dispatchers Dispatchers `json:"dispatchers"`
+
+	// authentication says how tenants are identified.
+	// +kubebuilder:default={mode:"TrustedHeader",headerName:"X-Tenant-ID"}
+	// +optional
+	Authentication Authentication `json:"authentication,omitempty"`
+
+	// sharedState is Local (each dispatcher gets its slice) or Redis (every
+	// dispatcher gets the pool-wide numbers and shares its counts).
+	// +kubebuilder:default=Local
+	// +optional
+	SharedState SharedStateMode `json:"sharedState,omitempty"`
+
+	// defaultTier is the tier of tenants with no TenantQuota. Empty refuses
+	// them.
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	DefaultTier string `json:"defaultTier,omitempty"`
+
+	// exemptPaths are proxied without queueing.
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:Pattern=`^/`
+	// +listType=set
+	// +optional
+	ExemptPaths []string `json:"exemptPaths,omitempty"`
+}
+
+// DispatcherCounts says how many dispatcher pods exist and hold the policy.
+type DispatcherCounts struct {
+	// total is the number of dispatcher pods with an IP.
+	Total int32 `json:"total"`
+	// ready is the number of Ready dispatcher pods.
+	Ready int32 `json:"ready"`
+	// synced is the number of dispatchers that acknowledged policyVersion.
+	Synced int32 `json:"synced"`
+}
+
+// ModelPoolStatus is the pool as the controller last computed it.
+type ModelPoolStatus struct {
+	// observedGeneration is the generation the status was computed from.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// readyReplicas is the Deployment's ready replica count R.
+	// +optional
+	ReadyReplicas int32 `json:"readyReplicas"`
+
+	// poolConcurrency is R × concurrencyPerReplica.
+	// +optional
+	PoolConcurrency int32 `json:"poolConcurrency"`
+
+	// serviceRate is poolConcurrency / S in requests per second, as a
+	// decimal string.
+	// +optional
+	ServiceRate string `json:"serviceRate,omitempty"`
+
+	// ageingRate is the waiting time worth one priority point.
+	// +optional
+	AgeingRate *metav1.Duration `json:"ageingRate,omitempty"`
+
+	// observedServiceTime is the service time the dispatchers measured.
+	// +optional
+	ObservedServiceTime *metav1.Duration `json:"observedServiceTime,omitempty"`
+
+	// dispatchers counts this pool's dispatcher pods.
+	// +optional
+	Dispatchers DispatcherCounts `json:"dispatchers"`
+
+	// policyVersion is the version of the last computed policy.
+	// +optional
+	PolicyVersion int64 `json:"policyVersion,omitempty"`
+
+	// conditions: Ready, Synced, Degraded and AgeingHorizonExceedsClientTimeout.
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// ModelPool condition types.
+const (
+	ModelPoolSynced                            = "Synced"
+	ModelPoolDegraded                          = "Degraded"
+	ModelPoolAgeingHorizonExceedsClientTimeout = "AgeingHorizonExceedsClientTimeout"
+)
+
+// ModelPoolReason is the Reason of a ModelPool condition.
+type ModelPoolReason string
+
+// ModelPool condition reasons.
+const (
+	ReasonPoolReady             ModelPoolReason = "PoolReady"
+	ReasonDeploymentNotFound    ModelPoolReason = "DeploymentNotFound"
+	ReasonNoReadyReplicas       ModelPoolReason = "NoReadyReplicas"
+	ReasonNoTiers               ModelPoolReason = "NoTiers"
+	ReasonAllSynced             ModelPoolReason = "AllDispatchersSynced"
+	ReasonSyncPending           ModelPoolReason = "SyncPending"
+	ReasonNoDispatchers         ModelPoolReason = "NoDispatchers"
+	ReasonPushUnauthorized      ModelPoolReason = "PushUnauthorized"
+	ReasonPushRejected          ModelPoolReason = "PushRejected"
+	ReasonDispatcherUnreachable ModelPoolReason = "DispatcherUnreachable"
+	ReasonHealthy               ModelPoolReason = "Healthy"
+	ReasonHorizonWithinTimeout  ModelPoolReason = "HorizonWithinClientTimeout"
+	ReasonHorizonExceedsTimeout ModelPoolReason = "HorizonExceedsClientTimeout"
+)
+
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=mp,categories=tiergate
+// +kubebuilder:printcolumn:name="DEPLOYMENT",type=string,JSONPath=`.spec.deploymentRef.name`
+// +kubebuilder:printcolumn:name="REPLICAS",type=integer,JSONPath=`.status.readyReplicas`
+// +kubebuilder:printcolumn:name="SLOTS",type=integer,JSONPath=`.status.poolConcurrency`
+// +kubebuilder:printcolumn:name="RATE",type=string,JSONPath=`.status.serviceRate`
+// +kubebuilder:printcolumn:name="SYNCED",type=integer,JSONPath=`.status.dispatchers.synced`
+// +kubebuilder:printcolumn:name="VERSION",type=integer,JSONPath=`.status.policyVersion`
+// +kubebuilder:printcolumn:name="READY",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="AGE",type=date,JSONPath=`.metadata.creationTimestamp`
+
+// ModelPool is one pool of model replicas behind tiergate dispatchers.
+type ModelPool struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   ModelPoolSpec   `json:"spec"`
+	Status ModelPoolStatus `json:"status,omitempty"`
+}
+
+// +kubebuilder:object:root=true
+
+// ModelPoolList is a list of ModelPools.
+type ModelPoolList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []ModelPool `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&ModelPool{}, &ModelPoolList{})
+}

@@ -1,0 +1,105 @@
+package v1alpha1
+
+import (
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// ServiceTierSpec is one tier of one pool.
+type ServiceTierSpec struct {
+	// poolRef names the ModelPool this tier belongs to. Immutable.
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="poolRef is immutable"
+	PoolRef LocalObjectReference `json:"poolRef"`
+
+	// basePriority orders the tiers; lower is served sooner.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1000000
+	BasePriority int32 `json:"basePriority"`
+
+	// tolerableWait is the longest wait still useful to this tier (W_max).
+	// +kubebuilder:validation:XValidation:rule="duration(self) > duration('0s')",message="tolerableWait must be greater than 0"
+	TolerableWait metav1.Duration `json:"tolerableWait"`
+
+	// tenantShare is the fraction of the pool one tenant may hold at once,
+	// in (0, 1].
+	// +kubebuilder:validation:XValidation:rule="isQuantity(string(self)) && quantity(string(self)).isGreaterThan(quantity('0')) && quantity(string(self)).compareTo(quantity('1')) <= 0",message="tenantShare must be greater than 0 and at most 1"
+	TenantShare resource.Quantity `json:"tenantShare"`
+}
+
+// ServiceTierStatus holds the bounds the controller derived for this tier.
+type ServiceTierStatus struct {
+	// observedGeneration is the generation the status was computed from.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// queueBound is L_max for the whole pool.
+	// +optional
+	QueueBound int32 `json:"queueBound,omitempty"`
+
+	// tenantConcurrencyLimit is the default in-flight cap of one tenant.
+	// +optional
+	TenantConcurrencyLimit int32 `json:"tenantConcurrencyLimit,omitempty"`
+
+	// tenantQueueLimit is how many requests one tenant may have queued.
+	// +optional
+	TenantQueueLimit int32 `json:"tenantQueueLimit,omitempty"`
+
+	// maxWait is the stated worst-case wait under sustained overload for a
+	// tenant under its own limits.
+	// +optional
+	MaxWait *metav1.Duration `json:"maxWait,omitempty"`
+
+	// guarantee states maxWait and its conditions in words.
+	// +optional
+	Guarantee string `json:"guarantee,omitempty"`
+
+	// conditions: Ready.
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// ServiceTierReason is the Reason of a ServiceTier condition.
+type ServiceTierReason string
+
+// ServiceTier condition reasons.
+const (
+	ReasonBoundsComputed    ServiceTierReason = "BoundsComputed"
+	ReasonPoolNotFound      ServiceTierReason = "PoolNotFound"
+	ReasonPoolNotReady      ServiceTierReason = "PoolNotReady"
+	ReasonDuplicatePriority ServiceTierReason = "DuplicateTier"
+)
+
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=st,categories=tiergate
+// +kubebuilder:printcolumn:name="POOL",type=string,JSONPath=`.spec.poolRef.name`
+// +kubebuilder:printcolumn:name="PRIORITY",type=integer,JSONPath=`.spec.basePriority`
+// +kubebuilder:printcolumn:name="WAIT",type=string,JSONPath=`.spec.tolerableWait`
+// +kubebuilder:printcolumn:name="SHARE",type=string,JSONPath=`.spec.tenantShare`
+// +kubebuilder:printcolumn:name="BOUND",type=integer,JSONPath=`.status.queueBound`
+// +kubebuilder:printcolumn:name="TENANT-LIMIT",type=integer,JSONPath=`.status.tenantConcurrencyLimit`
+// +kubebuilder:printcolumn:name="AGE",type=date,JSONPath=`.metadata.creationTimestamp`
+
+// ServiceTier is one priority tier of a ModelPool.
+type ServiceTier struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   ServiceTierSpec   `json:"spec"`
+	Status ServiceTierStatus `json:"status,omitempty"`
+}
+
+// +kubebuilder:object:root=true
+
+// ServiceTierList is a list of ServiceTiers.
+type ServiceTierList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []ServiceTier `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&ServiceTier{}, &ServiceTierList{})
+}

@@ -1,0 +1,95 @@
+package policy
+
+// Authentication modes.
+const (
+	AuthTrustedHeader = "TrustedHeader"
+	AuthAPIKey        = "APIKey"
+)
+
+// Shared-state modes.
+const (
+	StateLocal = "Local"
+	StateRedis = "Redis"
+)
+
+// Policy is everything a dispatcher knows about its pool. The controller
+// computes one per dispatcher pod; a standalone dispatcher reads one from a
+// file. Durations are seconds. Slots, queue bounds and tenant limits are this
+// dispatcher's own share in Local mode and pool-wide in Redis mode.
+type Policy struct {
+	// Version increases with every change; a dispatcher refuses an older one.
+	Version int64 `json:"version"`
+	// Pool is "namespace/name" of the ModelPool.
+	Pool string `json:"pool"`
+	// Slots is how many requests may be in flight at once.
+	Slots int `json:"slots"`
+	// ServiceRate is the pool's drain rate μ in requests per second, used
+	// for Retry-After until a tier's own drain rate has been measured.
+	ServiceRate float64 `json:"serviceRate"`
+	// AgeingRate is the seconds of waiting worth one priority point.
+	AgeingRate float64 `json:"ageingRate"`
+	// ClientTimeoutSeconds expires queued requests; 0 means no expiry.
+	ClientTimeoutSeconds float64 `json:"clientTimeoutSeconds,omitempty"`
+	// SharedState is Local (default) or Redis.
+	SharedState string `json:"sharedState,omitempty"`
+
+	Authentication Authentication `json:"authentication"`
+	// DefaultTier takes tenants that have no entry in Tenants; empty
+	// refuses them.
+	DefaultTier string   `json:"defaultTier,omitempty"`
+	ExemptPaths []string `json:"exemptPaths,omitempty"`
+
+	Tiers    []Tier    `json:"tiers"`
+	Tenants  []Tenant  `json:"tenants,omitempty"`
+	Backends []Backend `json:"backends"`
+}
+
+// Authentication says how the dispatcher identifies a tenant.
+type Authentication struct {
+	Mode       string `json:"mode"`
+	HeaderName string `json:"headerName,omitempty"`
+}
+
+// Tier is one priority tier with its derived bounds.
+type Tier struct {
+	Name                   string  `json:"name"`
+	BasePriority           int     `json:"basePriority"`
+	TolerableWaitSeconds   float64 `json:"tolerableWaitSeconds"`
+	QueueBound             int     `json:"queueBound"`
+	TenantConcurrencyLimit int     `json:"tenantConcurrencyLimit"`
+	TenantQueueLimit       int     `json:"tenantQueueLimit"`
+}
+
+// Tenant is a known tenant. MaxConcurrency, when set, replaces the tier's
+// tenantConcurrencyLimit.
+type Tenant struct {
+	ID             string   `json:"id"`
+	Tier           string   `json:"tier"`
+	MaxConcurrency int      `json:"maxConcurrency,omitempty"`
+	APIKeySHA256   []string `json:"apiKeySHA256,omitempty"`
+}
+
+// Backend is one ready model replica.
+type Backend struct {
+	Address string `json:"address"`
+	Scheme  string `json:"scheme,omitempty"`
+}
+
+// Ack is the dispatcher's answer to a policy push. It carries what the
+// dispatcher measured so the controller can follow the real service time.
+type Ack struct {
+	// Version is the policy version the dispatcher now holds.
+	Version int64    `json:"version"`
+	Stats   Measured `json:"stats"`
+}
+
+// Measured is what a dispatcher observed since it started.
+type Measured struct {
+	// ServiceTimeSeconds is the mean time a request held a slot (an EWMA);
+	// 0 until Completed > 0.
+	ServiceTimeSeconds float64 `json:"serviceTimeSeconds"`
+	// Completed counts requests that released their slot.
+	Completed int64 `json:"completed"`
+	// DrainRates is dispatches per second by tier (an EWMA).
+	DrainRates map[string]float64 `json:"drainRates,omitempty"`
+}
