@@ -1,0 +1,93 @@
+# tiergate: build, generate, lint and test. `make help` lists the targets.
+#
+# Every target that needs a tool depends on it through hack/tools.sh, which
+# builds into bin/ and skips work when the binaries are current.
+
+SHELL := /usr/bin/env bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := help
+
+export GOWORK := off
+
+BIN            := $(CURDIR)/bin
+CONTROLLER_GEN := $(BIN)/controller-gen
+GOLANGCI_LINT  := $(BIN)/golangci-lint
+
+# Where generated files go. `make verify` points these at a temporary
+# directory and compares the result with the tree.
+CRD_DIR       ?= config/crd/bases
+CHART_CRD_DIR ?= charts/tiergate/crds
+RBAC_DIR      ?= config/rbac
+DEEPCOPY_DIR  ?=
+
+# Unit and integration tests share one run. -race because the dispatcher is
+# all about concurrency; the timeout is per test binary.
+GO_TEST_FLAGS ?= -race -count=1 -timeout=30m
+# Debian packages the suites need (redis-server for fleet-mode tests).
+TEST_DEB_PACKAGES := redis-server
+
+##@ General
+
+.PHONY: help
+help: ## Show this help
+	@awk 'BEGIN { FS = ":.*##"; printf "Usage: make <target>\n" } \
+		/^[a-zA-Z0-9_-]+:.*##/ { printf "  %-12s %s\n", $$1, $$2 } \
+		/^##@/ { printf "\n%s\n", substr($$0, 5) }' $(MAKEFILE_LIST)
+
+.PHONY: tools
+tools: ## Build bin/k8s/{kube-apiserver,etcd,kubectl} and install bin/{helm,controller-gen,golangci-lint} (skips when current)
+	hack/tools.sh
+
+##@ Development
+
+.PHONY: manifests
+manifests: ## Generate the CRDs (config/crd/bases and the chart's crds/) and RBAC (config/rbac) from markers
+	hack/tools.sh controller-gen
+	mkdir -p $(CRD_DIR) $(CHART_CRD_DIR) $(RBAC_DIR)
+	rm -f $(CRD_DIR)/tiergate.dev_*.yaml $(CHART_CRD_DIR)/tiergate.dev_*.yaml
+	$(CONTROLLER_GEN) crd paths=./api/... output:crd:dir=$(CRD_DIR)
+	cp $(CRD_DIR)/tiergate.dev_*.yaml $(CHART_CRD_DIR)/
+	$(CONTROLLER_GEN) rbac:roleName=tiergate-controller paths=./... output:rbac:dir=$(RBAC_DIR)
+
+.PHONY: generate
+generate: ## Generate the deepcopy methods of api/v1alpha1
+	hack/tools.sh controller-gen
+	$(CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths=./api/... $(if $(DEEPCOPY_DIR),output:object:dir=$(DEEPCOPY_DIR))
+
+.PHONY: fmt
+fmt: ## Format the Go code with gofmt
+	gofmt -w $$(git ls-files --cached --others --exclude-standard '*.go')
+
+.PHONY: vet
+vet: ## Run go vet
+	go vet ./...
+
+.PHONY: verify
+verify: ## Fail when generated files are stale or Go files are not gofmt-ed
+	hack/verify.sh
+
+.PHONY: lint
+lint: ## Run golangci-lint (.golangci.yml) and the import-boundary check
+	hack/tools.sh golangci-lint
+	$(GOLANGCI_LINT) run ./...
+	hack/check-imports.sh
+
+##@ Test
+
+.PHONY: test
+test: tools ## Run every suite (unit + integration on a real kube-apiserver/etcd) and verify; sets up what it needs
+	hack/ensure-deb.sh $(TEST_DEB_PACKAGES)
+	KUBEBUILDER_ASSETS=$(BIN)/k8s go test $(GO_TEST_FLAGS) ./...
+	$(MAKE) --no-print-directory verify
+
+.PHONY: integration
+integration: tools ## Run only the integration suites under test/
+	KUBEBUILDER_ASSETS=$(BIN)/k8s go test $(GO_TEST_FLAGS) ./test/...
+
+.PHONY: bench
+bench: ## Run the Go benchmarks
+	go test -run '^$$' -bench . -benchmem ./...
+
+# --- Demo and image ----------------------------------------------------------
+# `make demo` (the first command of the README once it exists) and
+# `make image` are added here by the issues that build them.

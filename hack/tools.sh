@@ -1,0 +1,131 @@
+#!/usr/bin/env bash
+# Builds the test control plane and the developer tools into bin/.
+#
+#   bin/k8s/{kube-apiserver,etcd,kubectl}  from the hack/tools module
+#   bin/{helm,controller-gen,golangci-lint} with go install pkg@version
+#
+# Usage: hack/tools.sh [k8s|helm|controller-gen|golangci-lint]...
+# (no argument: all of them)
+#
+# Everything comes from the Go module proxy; nothing else is downloaded.
+# Each tool carries a stamp keyed on what it was built from (the pinned
+# version, the Go version and, for the control plane, the hack/tools
+# module's go.mod, go.sum and sources), so a run with nothing changed does
+# no work.
+set -euo pipefail
+
+# Pinned versions. Kubernetes' staging modules are pinned in hack/tools/go.mod.
+K8S_VERSION=v1.37.2
+HELM_VERSION=v3.22.0
+CONTROLLER_TOOLS_VERSION=v0.23.0
+GOLANGCI_LINT_VERSION=v2.15.0
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+bin=$root/bin
+export GOWORK=off
+
+groups=("$@")
+for g in "${groups[@]}"; do
+	case $g in
+	k8s | helm | controller-gen | golangci-lint) ;;
+	*)
+		echo "tools: unknown tool $g (want k8s, helm, controller-gen or golangci-lint)" >&2
+		exit 2
+		;;
+	esac
+done
+
+# wanted NAME: true when NAME was asked for, or nothing was.
+wanted() {
+	[[ ${#groups[@]} -eq 0 ]] && return 0
+	local g
+	for g in "${groups[@]}"; do
+		[[ $g == "$1" ]] && return 0
+	done
+	return 1
+}
+
+goversion=$(go env GOVERSION)
+
+# stamp_key WORD... -- FILE...: a hash of the Go version, the words and the
+# files' names and contents.
+stamp_key() {
+	{
+		printf '%s\n' "$goversion"
+		while [[ $# -gt 0 && $1 != -- ]]; do
+			printf '%s\n' "$1"
+			shift
+		done
+		[[ $# -gt 0 ]] && shift
+		local f
+		for f in "$@"; do
+			printf '%s\n' "${f#"$root"/}"
+			cat "$f"
+		done
+	} | sha256sum | cut -d' ' -f1
+}
+
+# current STAMP KEY BINARY...: true when STAMP holds KEY and every binary
+# exists and is executable.
+current() {
+	local stamp=$1 key=$2
+	shift 2
+	[[ -f $stamp && $(<"$stamp") == "$key" ]] || return 1
+	local b
+	for b in "$@"; do
+		[[ -x $b ]] || return 1
+	done
+}
+
+build_control_plane() {
+	local minor=${K8S_VERSION#v1.}
+	minor=${minor%%.*}
+	local ldflags="-X k8s.io/component-base/version.gitVersion=${K8S_VERSION} -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=${minor}"
+	local files
+	mapfile -t files < <(cd "$root" && find hack/tools -name '*.go' -o -name go.mod -o -name go.sum | LC_ALL=C sort)
+	local key stamp=$bin/k8s/.stamp
+	key=$(stamp_key "k8s $K8S_VERSION" "$ldflags" -- "${files[@]/#/$root/}")
+	if current "$stamp" "$key" "$bin/k8s/kube-apiserver" "$bin/k8s/etcd" "$bin/k8s/kubectl"; then
+		echo "tools: bin/k8s is current (kube-apiserver, etcd, kubectl ${K8S_VERSION})"
+		return
+	fi
+	echo "tools: building bin/k8s/{kube-apiserver,etcd,kubectl} ${K8S_VERSION} (the first build takes minutes)"
+	mkdir -p "$bin/k8s"
+	rm -f "$stamp"
+	(
+		cd "$root/hack/tools"
+		go build -ldflags "$ldflags" -o "$bin/k8s/kube-apiserver" ./cmd/kube-apiserver
+		go build -o "$bin/k8s/etcd" ./cmd/etcd
+		go build -ldflags "$ldflags" -o "$bin/k8s/kubectl" ./cmd/kubectl
+	)
+	# Unstamped binaries report v0.0.0-master, which breaks Helm's KubeVersion.
+	local got
+	got=$("$bin/k8s/kubectl" version --client)
+	if ! grep -qx "Client Version: ${K8S_VERSION}" <<<"$got"; then
+		echo "tools: bin/k8s/kubectl reports the wrong version:" >&2
+		echo "$got" >&2
+		exit 1
+	fi
+	echo "$key" >"$stamp"
+}
+
+# install_tool NAME PACKAGE VERSION
+install_tool() {
+	local name=$1 pkg=$2 version=$3
+	local key stamp=$bin/.$name.stamp
+	key=$(stamp_key "$pkg@$version")
+	if current "$stamp" "$key" "$bin/$name"; then
+		echo "tools: bin/$name is current ($version)"
+		return
+	fi
+	echo "tools: installing bin/$name $version"
+	mkdir -p "$bin"
+	rm -f "$stamp"
+	GOBIN=$bin go install "$pkg@$version"
+	echo "$key" >"$stamp"
+}
+
+if wanted k8s; then build_control_plane; fi
+if wanted helm; then install_tool helm helm.sh/helm/v3/cmd/helm "$HELM_VERSION"; fi
+if wanted controller-gen; then install_tool controller-gen sigs.k8s.io/controller-tools/cmd/controller-gen "$CONTROLLER_TOOLS_VERSION"; fi
+if wanted golangci-lint; then install_tool golangci-lint github.com/golangci/golangci-lint/v2/cmd/golangci-lint "$GOLANGCI_LINT_VERSION"; fi

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Fails when the generated files in the tree are stale or a Go file is not
+# gofmt-ed. It regenerates into a temporary directory (through the same make
+# targets, with their output directories pointed there) and compares, so it
+# never touches the work tree.
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root"
+
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+make -s --no-print-directory manifests generate \
+	CRD_DIR="$tmp/crd" CHART_CRD_DIR="$tmp/chart-crds" RBAC_DIR="$tmp/rbac" DEEPCOPY_DIR="$tmp/deepcopy" >/dev/null
+
+stale=0
+report() {
+	echo "verify: $1 is stale; run 'make manifests generate' and commit the result" >&2
+	stale=1
+}
+
+diff -ru "$tmp/crd" config/crd/bases >&2 || report config/crd/bases
+diff -ru "$tmp/crd" charts/tiergate/crds >&2 || report charts/tiergate/crds
+diff -u "$tmp/deepcopy/zz_generated.deepcopy.go" api/v1alpha1/zz_generated.deepcopy.go >&2 ||
+	report api/v1alpha1/zz_generated.deepcopy.go
+# controller-gen writes no role.yaml while no +kubebuilder:rbac marker exists.
+if [[ -f $tmp/rbac/role.yaml || -f config/rbac/role.yaml ]]; then
+	diff -u "$tmp/rbac/role.yaml" config/rbac/role.yaml >&2 || report config/rbac/role.yaml
+fi
+
+mapfile -t gofiles < <(git ls-files --cached --others --exclude-standard '*.go')
+if [[ ${#gofiles[@]} -gt 0 ]]; then
+	unformatted=$(gofmt -l "${gofiles[@]}")
+	if [[ -n $unformatted ]]; then
+		echo "verify: not gofmt-ed (run 'make fmt'):" >&2
+		echo "$unformatted" >&2
+		stale=1
+	fi
+fi
+
+if [[ $stale -ne 0 ]]; then
+	exit 1
+fi
+echo "verify: generated files are current and Go files are gofmt-ed"
