@@ -1,0 +1,98 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/go-logr/logr/funcr"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stderr))
+}
+
+func run(args []string, stderr io.Writer) int {
+	fs := flag.NewFlagSet("simserver", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, `simserver: a STAND-IN for vLLM, for tests, demos and benchmarks. It generates
+placeholder tokens ("tok0 tok1 ..."), not model output.
+
+OpenAI-compatible: POST /v1/chat/completions, POST /v1/completions (stream or
+not), GET /v1/models, GET /health. Test hooks: GET /debug/stats (peak
+concurrency per tenant from the `+TenantHeader+` header, cancellations),
+POST /debug/stats/reset, and the request header `+ServiceTimeHeader+`.
+
+--service-time takes: 0 | const:200ms | 200ms | exp:6s (mean) |
+lognormal:MEAN,STDDEV (e.g. lognormal:6s,2s; mean and deviation of the
+service time itself).
+
+Flags:`)
+		fs.PrintDefaults()
+	}
+	listen := fs.String("listen", "127.0.0.1:8000", "address to serve on")
+	concurrency := fs.Int("concurrency", 4, "requests generated at once (like vLLM --max-num-seqs); the rest wait in a FIFO")
+	dist := fs.String("service-time", "const:200ms", "service time distribution (see above)")
+	tokens := fs.Int("tokens", 16, "tokens per answer unless the request sets max_tokens/max_completion_tokens")
+	model := fs.String("model", "sim-model", "model name reported by /v1/models")
+	tenantHeader := fs.String("tenant-header", TenantHeader, "header that names the tenant, for the per-tenant statistics")
+	seed := fs.Uint64("seed", 1, "seed of the service-time draws")
+	verbose := fs.Int("v", 0, "log verbosity")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	log := funcr.New(func(prefix, args string) { fmt.Fprintln(stderr, prefix, args) }, funcr.Options{Verbosity: *verbose})
+	if *concurrency < 1 {
+		log.Error(nil, "--concurrency must be >= 1")
+		return 2
+	}
+	if *tokens < 0 {
+		log.Error(nil, "--tokens must be >= 0")
+		return 2
+	}
+	d, err := parseServiceTime(*dist, newLockedRand(*seed))
+	if err != nil {
+		log.Error(err, "bad flag")
+		return 2
+	}
+	s := &server{
+		model: *model, tokens: *tokens, tenantHeader: *tenantHeader, dist: d,
+		slots: newSlots(*concurrency), stats: newStats(), log: log, maxBodyBytes: 16 << 20,
+	}
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		log.Error(err, "listen")
+		return 1
+	}
+	srv := &http.Server{Handler: s.routes(), ReadHeaderTimeout: 10 * time.Second}
+	log.Info("simserver (a stand-in for vLLM) serving", "addr", ln.Addr().String(), "concurrency", *concurrency, "serviceTime", d.String())
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		log.Error(err, "serve")
+		return 1
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		_ = srv.Close()
+	}
+	return 0
+}
