@@ -34,7 +34,7 @@ const (
 )
 
 // errUsage marks bad flags or environment; run exits 2 for it.
-var errUsage = errors.New("usage")
+var errUsage = errors.New("invalid usage")
 
 // config is what one run builds. Defaults come first, then flags and
 // SOURCE_DATE_EPOCH, then validate.
@@ -69,7 +69,7 @@ func (c config) validate() error {
 		return fmt.Errorf("%w: --arch %q is not supported (want amd64 or arm64)", errUsage, c.arch)
 	}
 	if _, err := name.NewTag(c.tag, name.StrictValidation); err != nil {
-		return fmt.Errorf("%w: --tag %q is not a tagged image reference: %v", errUsage, c.tag, err)
+		return fmt.Errorf("%w: --tag %q is not a valid tagged image reference (want registry/repository:tag): %v", errUsage, c.tag, err)
 	}
 	if c.version == "" {
 		return fmt.Errorf("%w: --version must not be empty", errUsage)
@@ -143,6 +143,13 @@ func gitRevision() string {
 // build compiles the binary, assembles the image and writes the archive. It
 // returns the manifest digest.
 func build(cfg config, progress io.Writer) (v1.Hash, error) {
+	var caBundle []byte
+	var err error
+	if cfg.caBundle != "" {
+		if caBundle, err = os.ReadFile(cfg.caBundle); err != nil {
+			return v1.Hash{}, fmt.Errorf("reading --ca-bundle: %w", err)
+		}
+	}
 	root, err := moduleRoot()
 	if err != nil {
 		return v1.Hash{}, err
@@ -162,12 +169,6 @@ func build(cfg config, progress io.Writer) (v1.Hash, error) {
 		return v1.Hash{}, fmt.Errorf("go build of the tiergate binary: %w", err)
 	}
 
-	var caBundle []byte
-	if cfg.caBundle != "" {
-		if caBundle, err = os.ReadFile(cfg.caBundle); err != nil {
-			return v1.Hash{}, fmt.Errorf("reading --ca-bundle: %w", err)
-		}
-	}
 	binary, err := os.ReadFile(bin)
 	if err != nil {
 		return v1.Hash{}, err
