@@ -1,0 +1,160 @@
+package identity
+
+import (
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/tiergate/tiergate/dispatcher/policy"
+)
+
+// Sentinel errors; the data path maps them to 401, 403 and 400.
+var (
+	// ErrUnauthenticated: no credential, or one the policy does not know.
+	ErrUnauthenticated = errors.New("unauthenticated")
+	// ErrUnknownTenant: a named tenant the policy does not list, and no default tier.
+	ErrUnknownTenant = errors.New("unknown tenant")
+	// ErrMalformed: the credential header is repeated or not well formed.
+	ErrMalformed = errors.New("malformed credential")
+)
+
+// TenantHeader is the header the dispatcher sets on every forwarded request
+// to the tenant it resolved. Backends (and hack/simserver) may trust it
+// because the dispatcher always deletes any client-sent copy first.
+const TenantHeader = "X-Tiergate-Tenant"
+
+// maxTenantLen bounds a tenant ID read from a header.
+const maxTenantLen = 256
+
+// Identity is a resolved caller.
+type Identity struct {
+	Tenant string
+	Tier   string
+}
+
+// Identifier resolves callers under one policy.
+type Identifier struct {
+	mode        string
+	header      string // canonical form, TrustedHeader mode
+	defaultTier string
+	tierOf      map[string]string // tenant -> tier
+	// hashes and owners are parallel: every key hash and its tenant.
+	hashes [][sha256.Size]byte
+	owners []string
+}
+
+// New compiles an Identifier; p must be valid.
+func New(p *policy.Policy) *Identifier {
+	id := &Identifier{
+		mode:        p.Authentication.Mode,
+		header:      http.CanonicalHeaderKey(p.Authentication.HeaderName),
+		defaultTier: p.DefaultTier,
+		tierOf:      make(map[string]string, len(p.Tenants)),
+	}
+	for _, t := range p.Tenants {
+		id.tierOf[t.ID] = t.Tier
+		for _, h := range t.APIKeySHA256 {
+			var sum [sha256.Size]byte
+			if n, err := hex.Decode(sum[:], []byte(h)); err != nil || n != sha256.Size {
+				continue // Validate refuses these; never match garbage.
+			}
+			id.hashes = append(id.hashes, sum)
+			id.owners = append(id.owners, t.ID)
+		}
+	}
+	return id
+}
+
+// Identify resolves the caller of a request with header h. The error wraps
+// one of the sentinels and says, for the client, what is wrong.
+func (id *Identifier) Identify(h http.Header) (Identity, error) {
+	var tenant string
+	var err error
+	if id.mode == policy.AuthAPIKey {
+		tenant, err = id.byKey(h)
+	} else {
+		tenant, err = id.byHeader(h)
+	}
+	if err != nil {
+		return Identity{}, err
+	}
+	if tier, ok := id.tierOf[tenant]; ok {
+		return Identity{Tenant: tenant, Tier: tier}, nil
+	}
+	if id.defaultTier != "" && id.mode != policy.AuthAPIKey {
+		return Identity{Tenant: tenant, Tier: id.defaultTier}, nil
+	}
+	return Identity{Tenant: tenant}, fmt.Errorf("%w: tenant %q is not known and the pool has no default tier", ErrUnknownTenant, tenant)
+}
+
+func (id *Identifier) byHeader(h http.Header) (string, error) {
+	vals := h[id.header]
+	switch len(vals) {
+	case 0:
+		return "", fmt.Errorf("%w: missing the %s header that names the tenant", ErrUnauthenticated, id.header)
+	case 1:
+	default:
+		return "", fmt.Errorf("%w: the %s header is repeated %d times; send it once", ErrMalformed, id.header, len(vals))
+	}
+	v := vals[0]
+	if v == "" {
+		return "", fmt.Errorf("%w: the %s header is empty", ErrUnauthenticated, id.header)
+	}
+	if len(v) > maxTenantLen {
+		return "", fmt.Errorf("%w: the %s header is longer than %d bytes", ErrMalformed, id.header, maxTenantLen)
+	}
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; c <= ' ' || c >= 0x7f {
+			return "", fmt.Errorf("%w: the %s header may hold only visible ASCII characters", ErrMalformed, id.header)
+		}
+	}
+	return v, nil
+}
+
+func (id *Identifier) byKey(h http.Header) (string, error) {
+	vals := h["Authorization"]
+	switch len(vals) {
+	case 0:
+		return "", fmt.Errorf("%w: missing API key; send \"Authorization: Bearer <key>\"", ErrUnauthenticated)
+	case 1:
+	default:
+		return "", fmt.Errorf("%w: the Authorization header is repeated %d times; send it once", ErrMalformed, len(vals))
+	}
+	scheme, key, ok := strings.Cut(vals[0], " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", fmt.Errorf("%w: the Authorization header must be \"Bearer <key>\"", ErrUnauthenticated)
+	}
+	key = strings.TrimSpace(key)
+	if key == "" {
+		return "", fmt.Errorf("%w: the Bearer key is empty", ErrUnauthenticated)
+	}
+	sum := sha256.Sum256([]byte(key))
+	// Compare with every hash without stopping early, so the time taken
+	// does not tell which key, or whether any, matched.
+	match := -1
+	for i := range id.hashes {
+		if subtle.ConstantTimeCompare(sum[:], id.hashes[i][:]) == 1 {
+			match = i
+		}
+	}
+	if match < 0 {
+		return "", fmt.Errorf("%w: unknown API key", ErrUnauthenticated)
+	}
+	return id.owners[match], nil
+}
+
+// Strip removes the caller's credential and any client-sent tiergate
+// header from h, then names the resolved tenant in TenantHeader.
+func (id *Identifier) Strip(h http.Header, tenant string) {
+	if id.mode == policy.AuthAPIKey {
+		h.Del("Authorization")
+	} else {
+		h.Del(id.header)
+	}
+	h.Del("X-Tier")
+	h[TenantHeader] = []string{tenant}
+}
