@@ -111,6 +111,9 @@ type PoolBounds struct {
 	NoReadyReplicas bool
 	// TotalQueueBound is Σ L over the tiers.
 	TotalQueueBound int64
+	// DefaultTierNotFound is true when spec.defaultTier names no tier; the
+	// policies then carry no default tier (unknown tenants are refused).
+	DefaultTierNotFound bool
 }
 
 // TierBounds are one tier's status values; all are pool-wide.
@@ -154,6 +157,10 @@ type TenantBounds struct {
 	DuplicateOf string
 	// APIKeys is the number of key hashes given for this quota.
 	APIKeys int
+	// SharedKeys counts this quota's key hashes already claimed by another
+	// tenant (earlier by tenant ID); they are left out of its policy entry,
+	// because one key cannot name two tenants.
+	SharedKeys int
 }
 
 // PolicyFor returns dispatcher i's policy (0 <= i < len(b.Policies)). Its
@@ -303,6 +310,28 @@ func ComputeBounds(in BoundsInput) (Bounds, error) {
 		out.Tenants = append(out.Tenants, tb)
 	}
 	sort.SliceStable(live, func(a, b int) bool { return live[a].bounds.Tenant < live[b].bounds.Tenant })
+	claimed := map[string]bool{}
+	shared := map[string]int{} // quota name -> hashes dropped
+	for i := range live {
+		var keep []string
+		for _, h := range uniqueSorted(live[i].hashes) {
+			if claimed[h] {
+				shared[live[i].bounds.QuotaName]++
+				continue
+			}
+			claimed[h] = true
+			keep = append(keep, h)
+		}
+		live[i].hashes = keep
+	}
+	for i := range out.Tenants {
+		out.Tenants[i].SharedKeys = shared[out.Tenants[i].QuotaName]
+	}
+	defaultTier := spec.DefaultTier
+	if _, ok := tierIndex[defaultTier]; defaultTier != "" && !ok {
+		out.Pool.DefaultTierNotFound = true
+		defaultTier = ""
+	}
 
 	// Per-dispatcher policies.
 	redis := spec.SharedState == v1alpha1.SharedStateRedis
@@ -341,7 +370,7 @@ func ComputeBounds(in BoundsInput) (Bounds, error) {
 			ClientTimeoutSeconds: clientTimeout.Seconds(),
 			SharedState:          sharedState,
 			Authentication:       auth,
-			DefaultTier:          spec.DefaultTier,
+			DefaultTier:          defaultTier,
 			ExemptPaths:          append([]string(nil), spec.ExemptPaths...),
 			Tiers:                make([]policy.Tier, 0, len(out.Tiers)),
 			Backends:             append([]policy.Backend{}, in.Backends...),
@@ -368,7 +397,6 @@ func ComputeBounds(in BoundsInput) (Bounds, error) {
 			}
 			if len(lt.hashes) > 0 {
 				t.APIKeySHA256 = append([]string(nil), lt.hashes...)
-				sort.Strings(t.APIKeySHA256)
 			}
 			pol.Tenants = append(pol.Tenants, t)
 		}
@@ -378,6 +406,19 @@ func ComputeBounds(in BoundsInput) (Bounds, error) {
 }
 
 const maxInt32 = 1<<31 - 1
+
+func uniqueSorted(in []string) []string {
+	out := append([]string(nil), in...)
+	sort.Strings(out)
+	n := 0
+	for i, v := range out {
+		if i == 0 || v != out[n-1] {
+			out[n] = v
+			n++
+		}
+	}
+	return out[:n]
+}
 
 func validateInput(in BoundsInput) error {
 	var errs []string

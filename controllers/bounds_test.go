@@ -596,3 +596,35 @@ func TestComputeBoundsInvalidInput(t *testing.T) {
 		})
 	}
 }
+
+func TestComputeBoundsDefaultTierMissing(t *testing.T) {
+	pool := seedPool(func(p *v1alpha1.ModelPool) { p.Spec.DefaultTier = "bronze" })
+	got, err := ComputeBounds(BoundsInput{Pool: pool, ReadyReplicas: 6, Tiers: seedTiers(), Dispatchers: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !got.Pool.DefaultTierNotFound || got.PolicyFor(0).DefaultTier != "" {
+		t.Errorf("DefaultTierNotFound=%v, policy defaultTier=%q; want true and empty", got.Pool.DefaultTierNotFound, got.PolicyFor(0).DefaultTier)
+	}
+}
+
+func TestComputeBoundsSharedKeys(t *testing.T) {
+	// Two tenants list the same key: the first by tenant ID keeps it, the
+	// other loses it, since a key that names two tenants is refused by
+	// policy validation.
+	got, err := ComputeBounds(BoundsInput{
+		Pool: seedPool(), ReadyReplicas: 6, Tiers: seedTiers(), Dispatchers: 1,
+		Quotas:       []v1alpha1.TenantQuota{quota("q-b", "bravo", "free", nil), quota("q-a", "alpha", "free", nil)},
+		APIKeyHashes: map[string][]string{"q-a": {"k1", "k1"}, "q-b": {"k2", "k1"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []policy.Tenant{{ID: "alpha", Tier: "free", APIKeySHA256: []string{"k1"}}, {ID: "bravo", Tier: "free", APIKeySHA256: []string{"k2"}}}
+	if diff := cmp.Diff(want, got.PolicyFor(0).Tenants); diff != "" {
+		t.Errorf("policy tenants (-want +got):\n%s", diff)
+	}
+	if got.Tenants[0].QuotaName != "q-a" || got.Tenants[0].SharedKeys != 0 || got.Tenants[1].SharedKeys != 1 {
+		t.Errorf("SharedKeys: %+v, want q-a 0 and q-b 1", got.Tenants)
+	}
+}
