@@ -1,0 +1,74 @@
+package policy
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"sigs.k8s.io/yaml"
+)
+
+// ErrDecode marks a document that is not a well-formed Policy: bad syntax, a
+// wrong type, an unknown field or trailing data. Validation failures are
+// ValidationErrors instead.
+var ErrDecode = errors.New("policy: decode")
+
+// ErrStaleVersion is returned by CheckVersion for a policy older than the one
+// held; the admin API answers it with 409.
+var ErrStaleVersion = errors.New("policy: stale version")
+
+// Decode parses a Policy from JSON or YAML (YAML is converted to JSON first,
+// so both obey the same field names). Unknown fields, duplicate keys and
+// trailing documents are refused. Decode does not validate; call Validate.
+func Decode(data []byte) (*Policy, error) {
+	js, err := yaml.YAMLToJSONStrict(data)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrDecode, err)
+	}
+	if len(bytes.TrimSpace(js)) == 0 || bytes.Equal(bytes.TrimSpace(js), []byte("null")) {
+		return nil, fmt.Errorf("%w: empty document", ErrDecode)
+	}
+	dec := json.NewDecoder(bytes.NewReader(js))
+	dec.DisallowUnknownFields()
+	var p Policy
+	if err := dec.Decode(&p); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrDecode, err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("%w: trailing data after the policy object", ErrDecode)
+	}
+	return &p, nil
+}
+
+// DecodeAndValidate decodes data and validates the result.
+func DecodeAndValidate(data []byte) (*Policy, error) {
+	p, err := Decode(data)
+	if err != nil {
+		return nil, err
+	}
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// LoadFile reads, decodes and validates a policy file (--policy-file).
+func LoadFile(path string) (*Policy, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("policy: read %s: %w", path, err)
+	}
+	return DecodeAndValidate(data)
+}
+
+// CheckVersion refuses next when it is older than current. An equal version
+// is accepted (a resync re-pushes the same document).
+func CheckVersion(current, next int64) error {
+	if next < current {
+		return fmt.Errorf("%w: have %d, got %d", ErrStaleVersion, current, next)
+	}
+	return nil
+}

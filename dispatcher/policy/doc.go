@@ -1,0 +1,11 @@
+// Package policy is the wire contract between the tiergate controller and its
+// dispatchers: the Policy document (DESIGN.md section 11), its decoding from
+// JSON or YAML, its validation and its version ordering.
+//
+// A Policy is a plain value. Decode and Validate are pure functions with no
+// shared state, so they are safe for concurrent use; a decoded *Policy must
+// not be mutated once it has been handed to a dispatcher or a queue.
+//
+// The package imports only the standard library and sigs.k8s.io/yaml (for
+// policy files); it never imports Kubernetes API or HTTP packages.
+package policy

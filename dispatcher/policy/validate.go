@@ -1,0 +1,229 @@
+package policy
+
+import (
+	"fmt"
+	"math"
+	"net"
+	"strconv"
+	"strings"
+)
+
+// FieldError is one violation, located by its JSON field path such as
+// "tiers[1].queueBound".
+type FieldError struct {
+	Field   string `json:"field"`
+	Message string `json:"message"`
+}
+
+func (e FieldError) Error() string { return e.Field + ": " + e.Message }
+
+// ValidationErrors lists every violation of a Policy, in document order.
+// Match it with errors.As.
+type ValidationErrors []FieldError
+
+func (v ValidationErrors) Error() string {
+	parts := make([]string, len(v))
+	for i, e := range v {
+		parts[i] = e.Error()
+	}
+	return "policy: invalid: " + strings.Join(parts, "; ")
+}
+
+type checker struct{ errs ValidationErrors }
+
+func (c *checker) add(field, format string, args ...any) {
+	c.errs = append(c.errs, FieldError{Field: field, Message: fmt.Sprintf(format, args...)})
+}
+
+func finite(f float64) bool { return !math.IsNaN(f) && !math.IsInf(f, 0) }
+
+// Validate checks the whole document and returns every violation as
+// ValidationErrors, or nil. slots == 0 with no backends is valid: the pool
+// has been scaled to zero and the queue refuses with ErrNoCapacity.
+func (p *Policy) Validate() error {
+	if p == nil {
+		return ValidationErrors{{Field: "", Message: "policy is missing"}}
+	}
+	var c checker
+	if p.Version < 0 {
+		c.add("version", "must be >= 0, got %d", p.Version)
+	}
+	if p.Slots < 0 {
+		c.add("slots", "must be >= 0, got %d", p.Slots)
+	}
+	if p.Slots > 0 && len(p.Backends) == 0 {
+		c.add("slots", "is %d but there are no backends; slots must be 0 when the pool has no backends", p.Slots)
+	}
+	if !finite(p.ServiceRate) || p.ServiceRate < 0 {
+		c.add("serviceRate", "must be a finite number >= 0, got %v", p.ServiceRate)
+	}
+	if !finite(p.AgeingRate) || p.AgeingRate <= 0 {
+		c.add("ageingRate", "must be a finite number > 0, got %v", p.AgeingRate)
+	}
+	if !finite(p.ClientTimeoutSeconds) || p.ClientTimeoutSeconds < 0 {
+		c.add("clientTimeoutSeconds", "must be a finite number >= 0 (0 disables expiry), got %v", p.ClientTimeoutSeconds)
+	}
+	switch p.SharedState {
+	case "", StateLocal, StateRedis:
+	default:
+		c.add("sharedState", "must be %q or %q, got %q", StateLocal, StateRedis, p.SharedState)
+	}
+	switch p.Authentication.Mode {
+	case AuthAPIKey:
+	case AuthTrustedHeader:
+		if p.Authentication.HeaderName == "" {
+			c.add("authentication.headerName", "is required when mode is %s", AuthTrustedHeader)
+		}
+	default:
+		c.add("authentication.mode", "must be %q or %q, got %q", AuthTrustedHeader, AuthAPIKey, p.Authentication.Mode)
+	}
+	for i, path := range p.ExemptPaths {
+		if !strings.HasPrefix(path, "/") {
+			c.add(fmt.Sprintf("exemptPaths[%d]", i), "must start with '/', got %q", path)
+		}
+	}
+
+	tiers := map[string]int{}
+	if len(p.Tiers) == 0 {
+		c.add("tiers", "at least one tier is required")
+	}
+	for i, t := range p.Tiers {
+		f := fmt.Sprintf("tiers[%d]", i)
+		if t.Name == "" {
+			c.add(f+".name", "is required")
+		} else if j, dup := tiers[t.Name]; dup {
+			c.add(f+".name", "duplicate tier name %q (also tiers[%d])", t.Name, j)
+		} else {
+			tiers[t.Name] = i
+		}
+		if t.BasePriority < 0 {
+			c.add(f+".basePriority", "must be >= 0, got %d", t.BasePriority)
+		}
+		if !finite(t.TolerableWaitSeconds) || t.TolerableWaitSeconds <= 0 {
+			c.add(f+".tolerableWaitSeconds", "must be a finite number > 0, got %v", t.TolerableWaitSeconds)
+		}
+		if t.QueueBound < 1 {
+			c.add(f+".queueBound", "must be >= 1, got %d", t.QueueBound)
+		}
+		if t.TenantConcurrencyLimit < 1 {
+			c.add(f+".tenantConcurrencyLimit", "must be >= 1, got %d", t.TenantConcurrencyLimit)
+		}
+		if t.TenantQueueLimit < 1 {
+			c.add(f+".tenantQueueLimit", "must be >= 1, got %d", t.TenantQueueLimit)
+		}
+	}
+	if p.DefaultTier != "" {
+		if _, ok := tiers[p.DefaultTier]; !ok {
+			c.add("defaultTier", "names unknown tier %q", p.DefaultTier)
+		}
+	}
+
+	ids := map[string]int{}
+	hashes := map[string]string{}
+	for i, tn := range p.Tenants {
+		f := fmt.Sprintf("tenants[%d]", i)
+		if tn.ID == "" {
+			c.add(f+".id", "is required")
+		} else if j, dup := ids[tn.ID]; dup {
+			c.add(f+".id", "duplicate tenant id %q (also tenants[%d])", tn.ID, j)
+		} else {
+			ids[tn.ID] = i
+		}
+		if tn.Tier == "" {
+			c.add(f+".tier", "is required")
+		} else if _, ok := tiers[tn.Tier]; !ok {
+			c.add(f+".tier", "names unknown tier %q", tn.Tier)
+		}
+		if tn.MaxConcurrency < 0 {
+			c.add(f+".maxConcurrency", "must be >= 1 when set, got %d", tn.MaxConcurrency)
+		}
+		for k, h := range tn.APIKeySHA256 {
+			hf := fmt.Sprintf("%s.apiKeySHA256[%d]", f, k)
+			if !isSHA256Hex(h) {
+				c.add(hf, "must be 64 lower-case hex digits (a SHA-256), got %d characters", len(h))
+				continue
+			}
+			if other, dup := hashes[h]; dup {
+				c.add(hf, "duplicate API key hash (also %s)", other)
+				continue
+			}
+			hashes[h] = hf
+		}
+	}
+
+	addrs := map[string]int{}
+	for i, b := range p.Backends {
+		f := fmt.Sprintf("backends[%d]", i)
+		if msg := checkAddress(b.Address); msg != "" {
+			c.add(f+".address", "%s", msg)
+		} else if j, dup := addrs[b.Address]; dup {
+			c.add(f+".address", "duplicate backend %q (also backends[%d])", b.Address, j)
+		} else {
+			addrs[b.Address] = i
+		}
+		switch b.Scheme {
+		case "", "http", "https":
+		default:
+			c.add(f+".scheme", "must be \"http\" or \"https\", got %q", b.Scheme)
+		}
+	}
+	if len(c.errs) == 0 {
+		return nil
+	}
+	return c.errs
+}
+
+func isSHA256Hex(s string) bool {
+	if len(s) != 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		ch := s[i]
+		if (ch < '0' || ch > '9') && (ch < 'a' || ch > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// checkAddress returns "" for a usable host:port, else why not.
+func checkAddress(a string) string {
+	if a == "" {
+		return "is required"
+	}
+	if strings.Contains(a, "://") {
+		return fmt.Sprintf("must be host:port without a scheme, got %q", a)
+	}
+	host, port, err := net.SplitHostPort(a)
+	if err != nil {
+		return fmt.Sprintf("must be host:port, got %q", a)
+	}
+	if host == "" {
+		return fmt.Sprintf("has an empty host in %q", a)
+	}
+	n, err := strconv.Atoi(port)
+	if err != nil || n < 1 || n > 65535 {
+		return fmt.Sprintf("has port %q; want 1-65535", port)
+	}
+	return ""
+}
+
+// TierByName returns the named tier, or nil.
+func (p *Policy) TierByName(name string) *Tier {
+	for i := range p.Tiers {
+		if p.Tiers[i].Name == name {
+			return &p.Tiers[i]
+		}
+	}
+	return nil
+}
+
+// TenantByID returns the listed tenant, or nil.
+func (p *Policy) TenantByID(id string) *Tenant {
+	for i := range p.Tenants {
+		if p.Tenants[i].ID == id {
+			return &p.Tenants[i]
+		}
+	}
+	return nil
+}

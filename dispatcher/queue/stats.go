@@ -1,0 +1,104 @@
+package queue
+
+import (
+	"time"
+
+	"github.com/tiergate/tiergate/dispatcher/policy"
+)
+
+// Stats is a snapshot of the queue for metrics, the admin API and the
+// policy Ack.
+type Stats struct {
+	Slots, InFlight, Queued int
+	Tiers                   map[string]TierStats
+	// TenantInFlight is for debugging only; never a metric label.
+	TenantInFlight map[string]int
+	// ServiceTime is the EWMA of dispatch→release; 0 until Completed > 0.
+	ServiceTime    time.Duration
+	Completed      uint64
+	DoubleReleases uint64
+	PolicyVersion  int64
+	// Draining is true once Drain was called.
+	Draining bool
+}
+
+// TierStats is one tier's part of Stats. A tier removed from the policy
+// stays listed (Retired) until its last queued or in-flight job ends.
+type TierStats struct {
+	Queued, Bound int
+	InFlight      int
+	OldestAge     time.Duration
+	// DrainRate is dispatches/s from this tier (EWMA); 0 until measured.
+	DrainRate                               float64
+	Dispatched, Abandoned, Expired, Drained uint64
+	// Refused counts refusals by cause: "capacity", "tenant_limit".
+	Refused map[string]uint64
+	Retired bool
+}
+
+// Stats returns a snapshot. O(tiers + tenants in flight).
+func (q *Queue) Stats() Stats {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	now := q.now()
+	s := Stats{
+		Slots:          q.slots,
+		InFlight:       q.inFlight,
+		Queued:         q.queued,
+		Tiers:          make(map[string]TierStats, len(q.tiers)),
+		TenantInFlight: map[string]int{},
+		Completed:      q.completed,
+		DoubleReleases: q.doubleReleases,
+		Draining:       q.draining,
+	}
+	if q.completed > 0 {
+		s.ServiceTime = time.Duration(q.serviceTime)
+	}
+	if q.pol != nil {
+		s.PolicyVersion = q.pol.Version
+	}
+	for name, tr := range q.tiers {
+		ts := TierStats{
+			Queued:     tr.queued,
+			Bound:      tr.bound,
+			InFlight:   tr.inFlight,
+			Dispatched: tr.dispatched,
+			Abandoned:  tr.abandoned,
+			Expired:    tr.expired,
+			Drained:    tr.drained,
+			Refused:    map[string]uint64{CauseCapacity: tr.refusedCapacity, CauseTenantLimit: tr.refusedTenant},
+			Retired:    tr.retired,
+		}
+		if tr.oldest != nil {
+			ts.OldestAge = time.Duration(now - tr.oldest.enq)
+		}
+		if r, ok := q.drainRate(tr, now); ok {
+			ts.DrainRate = r
+		}
+		s.Tiers[name] = ts
+	}
+	for id, tn := range q.tenants {
+		if tn.inFlight > 0 {
+			s.TenantInFlight[id] = tn.inFlight
+		}
+	}
+	return s
+}
+
+// Measured converts the snapshot into what the dispatcher reports in its
+// policy Ack.
+func (s Stats) Measured() policy.Measured {
+	m := policy.Measured{
+		ServiceTimeSeconds: s.ServiceTime.Seconds(),
+		Completed:          int64(s.Completed),
+	}
+	for name, t := range s.Tiers {
+		if t.DrainRate > 0 {
+			if m.DrainRates == nil {
+				m.DrainRates = map[string]float64{}
+			}
+			m.DrainRates[name] = t.DrainRate
+		}
+	}
+	return m
+}
