@@ -1,0 +1,18 @@
+// Package metrics defines every dispatcher metric of DESIGN.md section 9
+// (prefix tiergate_). Labels never include a tenant.
+//
+// Two kinds:
+//   - events the data path observes (queue_wait_seconds, service_seconds,
+//     rejections_total, abandoned_total, requests_total), kept in vectors;
+//   - levels read at scrape time from a Snapshot function (queue_length,
+//     queue_bound, oldest_queued_age_seconds, inflight, slots, utilisation,
+//     backend_inflight, policy_version), so they are never stale and a tier
+//     or backend that went away simply stops appearing.
+//
+// SetTiers deletes the event series of tiers (and of a pool) that the
+// current policy no longer has.
+//
+// Concurrency: the vectors are safe for concurrent use; SetTiers is
+// serialised by a mutex; the Snapshot function must be safe to call from
+// the scrape goroutine.
+package metrics

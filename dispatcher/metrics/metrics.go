@@ -1,0 +1,182 @@
+package metrics
+
+import (
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Abandonment stages of abandoned_total.
+const (
+	StageQueued   = "queued"   // the client left while queued
+	StageDispatch = "dispatch" // the client was gone when its slot came
+	StageInflight = "inflight" // the client left mid-generation
+)
+
+// TierLevel is one tier's queue state.
+type TierLevel struct {
+	Queued, Bound int
+	OldestAge     time.Duration
+}
+
+// Snapshot is the state the level metrics report. Pool == "" means no
+// policy yet: nothing is reported.
+type Snapshot struct {
+	Pool            string
+	Slots, InFlight int
+	PolicyVersion   int64
+	Tiers           map[string]TierLevel
+	// Backends maps address to outstanding requests.
+	Backends map[string]int64
+}
+
+// Metrics holds the dispatcher's metrics.
+type Metrics struct {
+	queueWait  *prometheus.HistogramVec
+	service    *prometheus.HistogramVec
+	rejections *prometheus.CounterVec
+	abandoned  *prometheus.CounterVec
+	requests   *prometheus.CounterVec
+
+	snapshot func() Snapshot
+
+	queueLength, queueBound, oldestAge, inflight, slots, utilisation, backendInflight, policyVersion *prometheus.Desc
+
+	mu    sync.Mutex
+	pool  string
+	tiers []string
+}
+
+// New registers the metrics with reg. snapshot is called on every scrape.
+func New(reg prometheus.Registerer, snapshot func() Snapshot) (*Metrics, error) {
+	pt := []string{"pool", "tier"}
+	m := &Metrics{
+		queueWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "tiergate_queue_wait_seconds",
+			Help:    "Time dispatched requests spent queued, by tier.",
+			Buckets: []float64{.001, .005, .01, .05, .1, .25, .5, 1, 2.5, 5, 10, 20, 30, 60, 120},
+		}, pt),
+		service: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "tiergate_service_seconds",
+			Help:    "Time dispatched requests held a slot (dispatch to release), by tier.",
+			Buckets: []float64{.01, .05, .1, .25, .5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300},
+		}, pt),
+		rejections: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tiergate_rejections_total",
+			Help: "Refused requests by cause (capacity, tenant_limit, unauthenticated, unknown_tenant, unavailable, draining, queue_timeout, body_too_large, bad_request, request_timeout, backend_error).",
+		}, []string{"pool", "tier", "cause"}),
+		abandoned: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tiergate_abandoned_total",
+			Help: "Requests whose client went away, by stage (queued, dispatch, inflight).",
+		}, []string{"pool", "tier", "stage"}),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tiergate_requests_total",
+			Help: "Finished requests by HTTP status sent (499: the client went away first).",
+		}, []string{"pool", "tier", "code"}),
+		snapshot:        snapshot,
+		queueLength:     prometheus.NewDesc("tiergate_queue_length", "Requests queued now, by tier.", pt, nil),
+		queueBound:      prometheus.NewDesc("tiergate_queue_bound", "Queue bound of the tier (this dispatcher's share).", pt, nil),
+		oldestAge:       prometheus.NewDesc("tiergate_oldest_queued_age_seconds", "Age of the oldest queued request, by tier; 0 when none.", pt, nil),
+		inflight:        prometheus.NewDesc("tiergate_inflight", "Requests holding a slot now.", []string{"pool"}, nil),
+		slots:           prometheus.NewDesc("tiergate_slots", "Slots of this dispatcher (its share of the pool's concurrency).", []string{"pool"}, nil),
+		utilisation:     prometheus.NewDesc("tiergate_utilisation", "inflight / slots; 0 with no slots.", []string{"pool"}, nil),
+		backendInflight: prometheus.NewDesc("tiergate_backend_inflight", "Requests outstanding at each backend (queued requests excluded).", []string{"pool", "backend"}, nil),
+		policyVersion:   prometheus.NewDesc("tiergate_policy_version", "Version of the applied policy.", []string{"pool"}, nil),
+	}
+	for _, c := range []prometheus.Collector{m.queueWait, m.service, m.rejections, m.abandoned, m.requests, levels{m}} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// ObserveWait records a dispatched request's time in the queue.
+func (m *Metrics) ObserveWait(pool, tier string, d time.Duration) {
+	m.queueWait.WithLabelValues(pool, tier).Observe(d.Seconds())
+}
+
+// ObserveService records how long a request held its slot.
+func (m *Metrics) ObserveService(pool, tier string, d time.Duration) {
+	m.service.WithLabelValues(pool, tier).Observe(d.Seconds())
+}
+
+// Reject counts a refusal; tier is "" when it was not known yet.
+func (m *Metrics) Reject(pool, tier, cause string) {
+	m.rejections.WithLabelValues(pool, tier, cause).Inc()
+}
+
+// Abandon counts a client that went away at stage.
+func (m *Metrics) Abandon(pool, tier, stage string) {
+	m.abandoned.WithLabelValues(pool, tier, stage).Inc()
+}
+
+// Request counts a finished request by the status it got.
+func (m *Metrics) Request(pool, tier string, code int) {
+	m.requests.WithLabelValues(pool, tier, strconv.Itoa(code)).Inc()
+}
+
+// SetTiers tells which pool and tiers the current policy has, deleting the
+// series of any other pool, and of this pool's tiers that went away.
+// Refusals made before a tier was known (tier "") are kept.
+func (m *Metrics) SetTiers(pool string, tiers []string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	vecs := []interface {
+		DeletePartialMatch(prometheus.Labels) int
+	}{m.queueWait, m.service, m.rejections, m.abandoned, m.requests}
+	if m.pool != "" && m.pool != pool {
+		for _, v := range vecs {
+			v.DeletePartialMatch(prometheus.Labels{"pool": m.pool})
+		}
+	} else {
+		for _, t := range m.tiers {
+			if !slices.Contains(tiers, t) {
+				for _, v := range vecs {
+					v.DeletePartialMatch(prometheus.Labels{"pool": pool, "tier": t})
+				}
+			}
+		}
+	}
+	m.pool, m.tiers = pool, slices.Clone(tiers)
+}
+
+// levels is the scrape-time collector.
+type levels struct{ m *Metrics }
+
+func (l levels) Describe(ch chan<- *prometheus.Desc) {
+	m := l.m
+	for _, d := range []*prometheus.Desc{m.queueLength, m.queueBound, m.oldestAge, m.inflight, m.slots, m.utilisation, m.backendInflight, m.policyVersion} {
+		ch <- d
+	}
+}
+
+func (l levels) Collect(ch chan<- prometheus.Metric) {
+	m := l.m
+	s := m.snapshot()
+	if s.Pool == "" {
+		return
+	}
+	gauge := func(d *prometheus.Desc, v float64, lv ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, lv...)
+	}
+	for tier, t := range s.Tiers {
+		gauge(m.queueLength, float64(t.Queued), s.Pool, tier)
+		gauge(m.queueBound, float64(t.Bound), s.Pool, tier)
+		gauge(m.oldestAge, t.OldestAge.Seconds(), s.Pool, tier)
+	}
+	gauge(m.inflight, float64(s.InFlight), s.Pool)
+	gauge(m.slots, float64(s.Slots), s.Pool)
+	util := 0.0
+	if s.Slots > 0 {
+		util = float64(s.InFlight) / float64(s.Slots)
+	}
+	gauge(m.utilisation, util, s.Pool)
+	for addr, n := range s.Backends {
+		gauge(m.backendInflight, float64(n), s.Pool, addr)
+	}
+	gauge(m.policyVersion, float64(s.PolicyVersion), s.Pool)
+}
