@@ -44,9 +44,12 @@ tools: ## Build bin/k8s/{kube-apiserver,etcd,kubectl} and install bin/{helm,cont
 manifests: ## Generate the CRDs (config/crd/bases and the chart's crds/) and RBAC (config/rbac) from markers
 	hack/tools.sh controller-gen
 	mkdir -p $(CRD_DIR) $(CHART_CRD_DIR) $(RBAC_DIR)
-	rm -f $(CRD_DIR)/tiergate.dev_*.yaml $(CHART_CRD_DIR)/tiergate.dev_*.yaml
-	$(CONTROLLER_GEN) crd paths=./api/... output:crd:dir=$(CRD_DIR)
-	cp $(CRD_DIR)/tiergate.dev_*.yaml $(CHART_CRD_DIR)/
+	@# Generate aside first, so a failed run leaves the old CRDs in place.
+	tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
+	$(CONTROLLER_GEN) crd paths=./api/... output:crd:dir=$$tmp && \
+	rm -f $(CRD_DIR)/tiergate.dev_*.yaml $(CHART_CRD_DIR)/tiergate.dev_*.yaml && \
+	cp $$tmp/tiergate.dev_*.yaml $(CRD_DIR)/ && \
+	cp $$tmp/tiergate.dev_*.yaml $(CHART_CRD_DIR)/
 	$(CONTROLLER_GEN) rbac:roleName=tiergate-controller paths=./... output:rbac:dir=$(RBAC_DIR)
 
 .PHONY: generate

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Fails when the generated files in the tree are stale or a Go file is not
-# gofmt-ed. It regenerates into a temporary directory (through the same make
+# gofmt-ed (tracked files only; untracked work in progress is not judged). It regenerates into a temporary directory (through the same make
 # targets, with their output directories pointed there) and compares, so it
 # never touches the work tree.
 set -euo pipefail
@@ -29,7 +29,7 @@ if [[ -f $tmp/rbac/role.yaml || -f config/rbac/role.yaml ]]; then
 	diff -u "$tmp/rbac/role.yaml" config/rbac/role.yaml >&2 || report config/rbac/role.yaml
 fi
 
-mapfile -t gofiles < <(git ls-files --cached --others --exclude-standard '*.go')
+mapfile -t gofiles < <(git ls-files '*.go')
 if [[ ${#gofiles[@]} -gt 0 ]]; then
 	unformatted=$(gofmt -l "${gofiles[@]}")
 	if [[ -n $unformatted ]]; then

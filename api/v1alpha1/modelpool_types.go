@@ -42,7 +42,9 @@ const (
 // ServiceTime is the mean time one request occupies one slot.
 type ServiceTime struct {
 	// mean service time of one request at full pool concurrency.
-	// +kubebuilder:validation:XValidation:rule="duration(self) > duration('0s')",message="serviceTime.mean must be greater than 0"
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[-+]?(0|(([0-9]+([.][0-9]*)?|[.][0-9]+)(ns|us|ms|s|m|h))+)$') && duration(self) > duration('0s')",message="serviceTime.mean must be a duration greater than 0, such as 6s"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=64
 	Mean metav1.Duration `json:"mean"`
 
 	// source of the service time used for the bounds.
@@ -56,13 +58,17 @@ type ServiceTime struct {
 // +kubebuilder:validation:XValidation:rule="has(self.rate) != has(self.starvationBound)",message="ageing must set exactly one of rate and starvationBound"
 type Ageing struct {
 	// rate is the seconds of waiting worth one priority point.
-	// +kubebuilder:validation:XValidation:rule="duration(self) > duration('0s')",message="ageing.rate must be greater than 0"
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[-+]?(0|(([0-9]+([.][0-9]*)?|[.][0-9]+)(ns|us|ms|s|m|h))+)$') && duration(self) > duration('0s')",message="ageing.rate must be a duration greater than 0, such as 6s"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=64
 	// +optional
 	Rate *metav1.Duration `json:"rate,omitempty"`
 
 	// starvationBound is the longest wait of the lowest tier behind the
 	// highest; the rate is then bound / (max base - min base).
-	// +kubebuilder:validation:XValidation:rule="duration(self) > duration('0s')",message="ageing.starvationBound must be greater than 0"
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[-+]?(0|(([0-9]+([.][0-9]*)?|[.][0-9]+)(ns|us|ms|s|m|h))+)$') && duration(self) > duration('0s')",message="ageing.starvationBound must be a duration greater than 0, such as 120s"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=64
 	// +optional
 	StarvationBound *metav1.Duration `json:"starvationBound,omitempty"`
 }
@@ -95,24 +101,24 @@ type Dispatchers struct {
 }
 
 // Authentication says how tenants are identified.
-// +kubebuilder:validation:XValidation:rule="self.mode == 'APIKey' || (has(self.headerName) && size(self.headerName) > 0)",message="authentication.headerName is required when authentication.mode is TrustedHeader"
+// +kubebuilder:validation:XValidation:rule="self.mode == 'APIKey' || (has(self.headerName) && size(self.headerName) > 0)",message="authentication.headerName is required when authentication.mode is TrustedHeader",fieldPath=".headerName"
 type Authentication struct {
 	// mode is TrustedHeader or APIKey.
 	// +kubebuilder:default=TrustedHeader
 	// +optional
 	Mode AuthenticationMode `json:"mode,omitempty"`
 
-	// headerName carries the tenant ID in TrustedHeader mode; ignored in
-	// APIKey mode.
+	// headerName carries the tenant ID in TrustedHeader mode, where it must
+	// not be empty (the rule on Authentication says so; the pattern admits
+	// the empty string to leave that one message); ignored in APIKey mode.
 	// +kubebuilder:default=X-Tenant-ID
-	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9-]+$`
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9-]*$`
 	// +kubebuilder:validation:MaxLength=128
 	// +optional
 	HeaderName string `json:"headerName,omitempty"`
 }
 
 // ModelPoolSpec describes one pool of model replicas.
-// +kubebuilder:validation:XValidation:rule="!has(self.clientTimeout) || duration(self.clientTimeout) >= duration('1s')",message="clientTimeout must be at least 1s"
 type ModelPoolSpec struct {
 	// deploymentRef names the model Deployment in this namespace. Its
 	// status.readyReplicas is the pool size.
@@ -127,6 +133,9 @@ type ModelPoolSpec struct {
 	ServiceTime ServiceTime `json:"serviceTime"`
 
 	// clientTimeout caps every tier's wait: no queue may imply a longer one.
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[-+]?(0|(([0-9]+([.][0-9]*)?|[.][0-9]+)(ns|us|ms|s|m|h))+)$') && duration(self) >= duration('1s')",message="clientTimeout must be a duration of at least 1s, such as 30s"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=64
 	// +optional
 	ClientTimeout *metav1.Duration `json:"clientTimeout,omitempty"`
 
@@ -273,8 +282,4 @@ type ModelPoolList struct {
 	metav1.TypeMeta `json:",inline"`
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []ModelPool `json:"items"`
-}
-
-func init() {
-	SchemeBuilder.Register(&ModelPool{}, &ModelPoolList{})
 }

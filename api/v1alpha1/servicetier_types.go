@@ -17,12 +17,15 @@ type ServiceTierSpec struct {
 	BasePriority int32 `json:"basePriority"`
 
 	// tolerableWait is the longest wait still useful to this tier (W_max).
-	// +kubebuilder:validation:XValidation:rule="duration(self) > duration('0s')",message="tolerableWait must be greater than 0"
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[-+]?(0|(([0-9]+([.][0-9]*)?|[.][0-9]+)(ns|us|ms|s|m|h))+)$') && duration(self) > duration('0s')",message="tolerableWait must be a duration greater than 0, such as 5s"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=64
 	TolerableWait metav1.Duration `json:"tolerableWait"`
 
 	// tenantShare is the fraction of the pool one tenant may hold at once,
-	// in (0, 1].
-	// +kubebuilder:validation:XValidation:rule="isQuantity(string(self)) && quantity(string(self)).isGreaterThan(quantity('0')) && quantity(string(self)).compareTo(quantity('1')) <= 0",message="tenantShare must be greater than 0 and at most 1"
+	// in (0, 1]. It is a quantity: write decimals quoted ("0.25") or with a
+	// suffix (250m). A malformed quantity gets the pattern's message only.
+	// +kubebuilder:validation:XValidation:rule="!isQuantity(string(self)) || (quantity(string(self)).isGreaterThan(quantity('0')) && quantity(string(self)).compareTo(quantity('1')) <= 0)",message="tenantShare must be greater than 0 and at most 1"
 	TenantShare resource.Quantity `json:"tenantShare"`
 }
 
@@ -98,8 +101,4 @@ type ServiceTierList struct {
 	metav1.TypeMeta `json:",inline"`
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []ServiceTier `json:"items"`
-}
-
-func init() {
-	SchemeBuilder.Register(&ServiceTier{}, &ServiceTierList{})
 }

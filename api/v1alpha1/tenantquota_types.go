@@ -105,7 +105,3 @@ type TenantQuotaList struct {
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []TenantQuota `json:"items"`
 }
-
-func init() {
-	SchemeBuilder.Register(&TenantQuota{}, &TenantQuotaList{})
-}
