@@ -1,0 +1,187 @@
+package state
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
+	"k8s.io/utils/clock"
+)
+
+// Local is the --state value of local mode: no shared state, no Gate.
+const Local = "local"
+
+// Defaults of the flags.
+const (
+	// DefaultLeaseTTL is how long a lease outlives its last renewal: the
+	// longest a crashed dispatcher's capacity stays taken.
+	DefaultLeaseTTL = 10 * time.Second
+	// DefaultRenewInterval is how often a dispatcher renews all its leases
+	// in one batch. At most half the TTL, so one late renewal loses nothing.
+	DefaultRenewInterval = 3 * time.Second
+	// DefaultOpTimeout bounds one Redis round trip on the dispatch path.
+	// Past it the dispatcher falls back to its local slice.
+	DefaultOpTimeout = 250 * time.Millisecond
+)
+
+// ErrInvalidConfig wraps every configuration error.
+var ErrInvalidConfig = errors.New("state: invalid configuration")
+
+// Config is what the dispatcher's flags say about shared state. Start from
+// the zero value (every zero field takes its default) and set what the
+// flags gave.
+type Config struct {
+	// URL is --state: redis://[user[:password]@]host[:port][/db] or
+	// rediss://… for TLS. Query parameters are go-redis options
+	// (e.g. ?dial_timeout=1s); a few are fixed by the Gate (see New).
+	URL string
+	// PasswordFile is --redis-password-file: a file whose content (one
+	// trailing newline trimmed) is the Redis password. It may not be
+	// combined with a password in URL.
+	PasswordFile string
+	// LeaseTTL is --state-lease-ttl.
+	LeaseTTL time.Duration
+	// RenewInterval is --state-renew-interval; at most LeaseTTL/2.
+	RenewInterval time.Duration
+	// OpTimeout bounds one Redis call made on the dispatch path.
+	OpTimeout time.Duration
+	// RecheckInterval bounds how long a dispatcher whose queue the fleet
+	// has blocked waits without a wake-up before it asks again; it covers
+	// lost pub/sub messages. Defaults to RenewInterval.
+	RecheckInterval time.Duration
+	// DispatcherID names this dispatcher in lease members; defaults to the
+	// host name plus a random suffix, so a restarted pod is a new owner.
+	DispatcherID string
+}
+
+// IsLocal reports whether a --state value selects local mode.
+func IsLocal(state string) bool {
+	return state == "" || strings.EqualFold(state, Local)
+}
+
+func (c *Config) defaults() {
+	if c.LeaseTTL == 0 {
+		c.LeaseTTL = DefaultLeaseTTL
+	}
+	if c.RenewInterval == 0 {
+		c.RenewInterval = DefaultRenewInterval
+		if c.RenewInterval > c.LeaseTTL/2 {
+			c.RenewInterval = c.LeaseTTL / 3
+		}
+	}
+	if c.OpTimeout == 0 {
+		c.OpTimeout = DefaultOpTimeout
+	}
+	if c.RecheckInterval == 0 {
+		c.RecheckInterval = c.RenewInterval
+	}
+}
+
+func (c *Config) validate() error {
+	u, err := url.Parse(c.URL)
+	switch {
+	case IsLocal(c.URL):
+		return fmt.Errorf("%w: --state is %q: local mode needs no shared state", ErrInvalidConfig, c.URL)
+	case err != nil:
+		return fmt.Errorf("%w: --state: %v", ErrInvalidConfig, err)
+	case u.Scheme != "redis" && u.Scheme != "rediss":
+		return fmt.Errorf("%w: --state %q: want %q, redis://host:port/db or rediss://host:port/db", ErrInvalidConfig, redactURL(c.URL), Local)
+	case u.Host == "":
+		return fmt.Errorf("%w: --state %q: no host", ErrInvalidConfig, redactURL(c.URL))
+	case c.LeaseTTL < 100*time.Millisecond:
+		return fmt.Errorf("%w: --state-lease-ttl %s: want at least 100ms", ErrInvalidConfig, c.LeaseTTL)
+	case c.RenewInterval <= 0:
+		return fmt.Errorf("%w: --state-renew-interval %s: want more than 0", ErrInvalidConfig, c.RenewInterval)
+	case c.RenewInterval > c.LeaseTTL/2:
+		return fmt.Errorf("%w: --state-renew-interval %s: want at most half of --state-lease-ttl %s", ErrInvalidConfig, c.RenewInterval, c.LeaseTTL)
+	case c.OpTimeout <= 0:
+		return fmt.Errorf("%w: op timeout %s: want more than 0", ErrInvalidConfig, c.OpTimeout)
+	case c.RecheckInterval <= 0:
+		return fmt.Errorf("%w: recheck interval %s: want more than 0", ErrInvalidConfig, c.RecheckInterval)
+	}
+	if _, pw := u.User.Password(); pw && c.PasswordFile != "" {
+		return fmt.Errorf("%w: --state carries a password and --redis-password-file is set: give one", ErrInvalidConfig)
+	}
+	return nil
+}
+
+// redisOptions turns the validated config into go-redis options. A call on
+// the dispatch path must fail fast rather than stall the queue, so the
+// Gate's timeouts replace go-redis's defaults and retries are off.
+func (c *Config) redisOptions(tlsCfg *tls.Config) (*redis.Options, error) {
+	o, err := redis.ParseURL(c.URL)
+	if err != nil {
+		return nil, fmt.Errorf("%w: --state %q: %v", ErrInvalidConfig, redactURL(c.URL), err)
+	}
+	if c.PasswordFile != "" {
+		b, err := os.ReadFile(c.PasswordFile)
+		if err != nil {
+			return nil, fmt.Errorf("%w: --redis-password-file: %v", ErrInvalidConfig, err)
+		}
+		pw := strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), "\r")
+		if pw == "" {
+			return nil, fmt.Errorf("%w: --redis-password-file %s is empty", ErrInvalidConfig, c.PasswordFile)
+		}
+		o.Password = pw
+	}
+	if tlsCfg != nil && o.TLSConfig != nil {
+		t := tlsCfg.Clone()
+		if t.ServerName == "" {
+			t.ServerName = o.TLSConfig.ServerName
+		}
+		o.TLSConfig = t
+	}
+	o.DialTimeout = c.OpTimeout
+	o.DialerRetries = 1
+	o.ReadTimeout = c.OpTimeout
+	o.WriteTimeout = c.OpTimeout
+	o.PoolTimeout = c.OpTimeout
+	o.MaxRetries = -1
+	o.ContextTimeoutEnabled = true
+	o.DisableIdentity = true
+	o.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+	return o, nil
+}
+
+// redactURL hides a password in a URL for messages.
+func redactURL(s string) string {
+	u, err := url.Parse(s)
+	if err != nil || u.User == nil {
+		return s
+	}
+	if _, ok := u.User.Password(); ok {
+		return u.Redacted()
+	}
+	return s
+}
+
+// Option changes how the Gate runs (not what the flags say).
+type Option func(*options)
+
+type options struct {
+	clock      clock.WithTickerAndDelayedExecution
+	log        logr.Logger
+	registerer prometheus.Registerer
+	tls        *tls.Config
+}
+
+// WithClock injects the clock for renewals, re-check timers and backoff.
+func WithClock(c clock.WithTickerAndDelayedExecution) Option { return func(o *options) { o.clock = c } }
+
+// WithLogger sets the logger; the default discards.
+func WithLogger(l logr.Logger) Option { return func(o *options) { o.log = l } }
+
+// WithRegisterer registers the state metrics (tiergate_state_*) there.
+func WithRegisterer(r prometheus.Registerer) Option { return func(o *options) { o.registerer = r } }
+
+// WithTLSConfig sets the TLS configuration of a rediss:// connection (for
+// example a private CA). ServerName defaults to the URL's host.
+func WithTLSConfig(t *tls.Config) Option { return func(o *options) { o.tls = t } }

@@ -1,0 +1,219 @@
+// Package redistest starts real redis-server processes for tests: each on a
+// free loopback port, in its own temporary directory, with persistence off.
+// Every server a test starts is stopped by t.Cleanup.
+//
+// Concurrency model: a Server is used from one test goroutine; Stop, Kill
+// and Restart must not race each other.
+package redistest
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Server is one redis-server process.
+type Server struct {
+	t       testing.TB
+	dir     string
+	port    int
+	extra   []string
+	cmd     *exec.Cmd
+	done    chan struct{}
+	logPath string
+}
+
+// Options change how the server starts.
+type Options struct {
+	// Cluster starts the server with cluster support and assigns it every
+	// hash slot, so it is a one-node Redis Cluster.
+	Cluster bool
+	// Password sets requirepass.
+	Password string
+	// Extra arguments for redis-server.
+	Extra []string
+}
+
+// Start starts a redis-server on a free loopback port, or skips the test
+// when the binary is missing and the environment does not demand it
+// (TIERGATE_REQUIRE_REDIS=1 turns the skip into a failure).
+func Start(t testing.TB, opts Options) *Server {
+	t.Helper()
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		if os.Getenv("TIERGATE_REQUIRE_REDIS") == "1" || os.Getenv("CI") != "" {
+			t.Fatalf("redis-server not found (install it with hack/ensure-deb.sh redis-server): %v", err)
+		}
+		t.Skipf("redis-server not found: %v", err)
+	}
+	s := &Server{t: t, dir: t.TempDir(), port: FreePort(t)}
+	s.extra = append(s.extra, opts.Extra...)
+	if opts.Password != "" {
+		s.extra = append(s.extra, "--requirepass", opts.Password)
+	}
+	if opts.Cluster {
+		s.extra = append(s.extra, "--cluster-enabled", "yes",
+			"--cluster-config-file", filepath.Join(s.dir, "nodes.conf"))
+	}
+	s.start()
+	t.Cleanup(s.Stop)
+	if opts.Cluster {
+		s.CLI(opts.Password, "CLUSTER", "ADDSLOTSRANGE", "0", "16383")
+		deadline := time.Now().Add(10 * time.Second)
+		for !strings.Contains(s.CLI(opts.Password, "CLUSTER", "INFO"), "cluster_state:ok") {
+			if time.Now().After(deadline) {
+				t.Fatalf("redis cluster on port %d never reached cluster_state:ok", s.port)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	return s
+}
+
+// FreePort returns a loopback TCP port that was free a moment ago.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("free port: %v", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+func (s *Server) start() {
+	s.t.Helper()
+	s.logPath = filepath.Join(s.dir, "redis.log")
+	args := append([]string{
+		"--port", strconv.Itoa(s.port),
+		"--bind", "127.0.0.1",
+		"--save", "",
+		"--appendonly", "no",
+		"--dir", s.dir,
+		"--logfile", s.logPath,
+		"--daemonize", "no",
+	}, s.extra...)
+	cmd := exec.Command("redis-server", args...)
+	if err := cmd.Start(); err != nil {
+		s.t.Fatalf("start redis-server: %v", err)
+	}
+	s.cmd = cmd
+	s.done = make(chan struct{})
+	go func() { _ = cmd.Wait(); close(s.done) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", s.Addr(), 100*time.Millisecond)
+		if err == nil {
+			// The port accepts before the server has loaded; PING proves it.
+			ok := ping(c)
+			c.Close()
+			if ok {
+				return
+			}
+		}
+		select {
+		case <-s.done:
+			s.t.Fatalf("redis-server on port %d exited at start; log:\n%s", s.port, s.Log())
+		default:
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("redis-server on port %d did not answer within 10s; log:\n%s", s.port, s.Log())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func ping(c net.Conn) bool {
+	_ = c.SetDeadline(time.Now().Add(time.Second))
+	if _, err := c.Write([]byte("PING\r\n")); err != nil {
+		return false
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	// +PONG, or -NOAUTH when a password is set: either way it serves.
+	return err == nil && (strings.HasPrefix(line, "+PONG") || strings.HasPrefix(line, "-NOAUTH"))
+}
+
+// Addr is host:port.
+func (s *Server) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port)) }
+
+// Port is the TCP port.
+func (s *Server) Port() int { return s.port }
+
+// URL is redis://127.0.0.1:port/db.
+func (s *Server) URL(db int) string { return fmt.Sprintf("redis://%s/%d", s.Addr(), db) }
+
+// Log returns the server's log file.
+func (s *Server) Log() string {
+	b, _ := os.ReadFile(s.logPath)
+	return string(b)
+}
+
+// Running reports whether the process is alive.
+func (s *Server) Running() bool {
+	if s.cmd == nil {
+		return false
+	}
+	select {
+	case <-s.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// Stop ends the server (SIGTERM, then SIGKILL after 5s). Idempotent.
+func (s *Server) Stop() {
+	if !s.Running() {
+		return
+	}
+	_ = s.cmd.Process.Signal(os.Interrupt)
+	select {
+	case <-s.done:
+	case <-time.After(5 * time.Second):
+		_ = s.cmd.Process.Kill()
+		<-s.done
+	}
+}
+
+// Kill ends the server with SIGKILL, like a crash. Its data is gone, since
+// persistence is off.
+func (s *Server) Kill() {
+	if !s.Running() {
+		return
+	}
+	_ = s.cmd.Process.Kill()
+	<-s.done
+}
+
+// Restart starts a fresh, empty server on the same port after Stop or Kill.
+func (s *Server) Restart() {
+	s.t.Helper()
+	if s.Running() {
+		s.t.Fatalf("redistest: Restart while running")
+	}
+	s.start()
+}
+
+// CLI runs redis-cli against the server and returns its output; it fails
+// the test on error.
+func (s *Server) CLI(password string, args ...string) string {
+	s.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	base := []string{"-h", "127.0.0.1", "-p", strconv.Itoa(s.port)}
+	if password != "" {
+		base = append(base, "--no-auth-warning", "-a", password)
+	}
+	out, err := exec.CommandContext(ctx, "redis-cli", append(base, args...)...).CombinedOutput()
+	if err != nil {
+		s.t.Fatalf("redis-cli %v: %v\n%s", args, err, out)
+	}
+	return string(out)
+}

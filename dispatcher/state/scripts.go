@@ -1,0 +1,167 @@
+package state
+
+import "github.com/redis/go-redis/v9"
+
+// Every count is a sorted set of leases: member "<dispatcherID>:<leaseID>",
+// score the lease's expiry in Redis server milliseconds (TIME, so
+// dispatchers' clocks never matter). A script first drops the expired
+// members of the sets it counts, so ZCARD is exactly the live leases: a
+// crashed dispatcher's leases stop counting the moment they expire, with no
+// sweeper. Every key also gets a key-level expiry at least as long as its
+// newest lease, so keys of tenants that went away vanish by themselves.
+//
+// All keys one script touches are passed in KEYS and share the pool's hash
+// tag, so the scripts run unchanged on Redis Cluster. Requires Redis 6.2
+// (ZMSCORE).
+
+// luaPrologue is shared by the scripts: now (ms), prune and keep.
+const luaPrologue = `
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local function prune(k)
+  redis.call('ZREMRANGEBYSCORE', k, '-inf', now)
+end
+local function keep(k, ttl)
+  if redis.call('PTTL', k) < ttl then
+    redis.call('PEXPIRE', k, ttl)
+  end
+end
+local function firstExpiry(k)
+  local f = redis.call('ZRANGE', k, 0, 0, 'WITHSCORES')
+  if #f < 2 then return 0 end
+  return tonumber(f[2]) - now
+end
+`
+
+// Script results.
+const (
+	resOK         = 0
+	resTierFull   = 1 // enqueue: tier bound reached
+	resTenantFull = 2 // enqueue: tenant queue limit; acquire: tenant limit
+	resPoolFull   = 1 // acquire: every slot taken
+)
+
+// enqueueScript reserves a queued place.
+//
+//	KEYS: tierQueued, tenantQueued
+//	ARGV: member, ttlMs, tierBound, tenantQueueLimit
+//	returns {code, queuedInTier}: code 0 admitted (the count includes the
+//	new lease), 1 tier at its bound, 2 tenant at its queue limit.
+var enqueueScript = redis.NewScript(luaPrologue + `
+local ttl = tonumber(ARGV[2])
+prune(KEYS[1])
+prune(KEYS[2])
+local nt = redis.call('ZCARD', KEYS[1])
+if nt >= tonumber(ARGV[3]) then return {1, nt} end
+if redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[4]) then return {2, nt} end
+redis.call('ZADD', KEYS[1], now + ttl, ARGV[1])
+redis.call('ZADD', KEYS[2], now + ttl, ARGV[1])
+keep(KEYS[1], ttl)
+keep(KEYS[2], ttl)
+return {0, nt + 1}
+`)
+
+// acquireScript turns a queued place into an in-flight slot.
+//
+//	KEYS: slots, tenantSlots, tierQueued, tenantQueued
+//	ARGV: member, ttlMs, slots, tenantLimit, queuedMember ("" for none)
+//	returns {code, waitMs}: code 0 granted (the queued member is gone),
+//	1 pool full, 2 tenant full; waitMs is how long until the earliest
+//	lease in the full set expires, the latest a re-check is worth it.
+var acquireScript = redis.NewScript(luaPrologue + `
+local ttl = tonumber(ARGV[2])
+prune(KEYS[1])
+prune(KEYS[2])
+if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[3]) then return {1, firstExpiry(KEYS[1])} end
+if redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[4]) then return {2, firstExpiry(KEYS[2])} end
+redis.call('ZADD', KEYS[1], now + ttl, ARGV[1])
+redis.call('ZADD', KEYS[2], now + ttl, ARGV[1])
+keep(KEYS[1], ttl)
+keep(KEYS[2], ttl)
+if ARGV[5] ~= '' then
+  redis.call('ZREM', KEYS[3], ARGV[5])
+  redis.call('ZREM', KEYS[4], ARGV[5])
+end
+return {0, 0}
+`)
+
+// removeScript ends leases: release (of slots) and dequeue (of queued
+// places), one or many.
+//
+//	KEYS: the sets
+//	ARGV: channel, payload, announce, then for each key: n, n members
+//	returns the number of members removed from the first key. When announce
+//	is 1 and that number is above 0, payload is published on channel: a
+//	slot freed, and waiting dispatchers re-check.
+var removeScript = redis.NewScript(`
+local pos = 4
+local first = 0
+for i = 1, #KEYS do
+  local n = tonumber(ARGV[pos])
+  pos = pos + 1
+  local s = 0
+  while s < n do
+    local e = math.min(n, s + 500)
+    local r = redis.call('ZREM', KEYS[i], unpack(ARGV, pos + s, pos + e - 1))
+    if i == 1 then first = first + r end
+    s = e
+  end
+  pos = pos + n
+end
+if ARGV[3] == '1' and first > 0 then
+  redis.call('PUBLISH', ARGV[1], ARGV[2])
+end
+return first
+`)
+
+// renewScript extends this dispatcher's leases in one batch and registers
+// it as alive.
+//
+//	KEYS: dispatchers, then the lease sets
+//	ARGV: ttlMs, dispatcherID ("" to skip registering), restore (0|1),
+//	      then for each lease set: n, n members
+//	returns {aliveDispatchers, missing}: missing is pairs of (index of the
+//	lease set in KEYS, counting from 1 after dispatchers; member) that were
+//	not in their set. With restore 1 they are added back; with 0 only the
+//	members still present are extended (a lease released meanwhile is not
+//	resurrected) and the caller restores the missing ones it still holds.
+var renewScript = redis.NewScript(luaPrologue + `
+local ttl = tonumber(ARGV[1])
+local exp = now + ttl
+local restore = ARGV[3] == '1'
+prune(KEYS[1])
+if ARGV[2] ~= '' then
+  redis.call('ZADD', KEYS[1], exp, ARGV[2])
+  keep(KEYS[1], ttl)
+end
+local missing = {}
+local pos = 4
+for i = 2, #KEYS do
+  local k = KEYS[i]
+  local n = tonumber(ARGV[pos])
+  pos = pos + 1
+  prune(k)
+  local s = 0
+  while s < n do
+    local e = math.min(n, s + 500)
+    local scores = redis.call('ZMSCORE', k, unpack(ARGV, pos + s, pos + e - 1))
+    local args = {}
+    for j = 1, e - s do
+      local m = ARGV[pos + s + j - 1]
+      if scores[j] or restore then
+        args[#args + 1] = exp
+        args[#args + 1] = m
+      end
+      if not scores[j] then
+        missing[#missing + 1] = i - 1
+        missing[#missing + 1] = m
+      end
+    end
+    if #args > 0 then redis.call('ZADD', k, unpack(args)) end
+    s = e
+  end
+  pos = pos + n
+  if redis.call('EXISTS', k) == 1 then keep(k, ttl) end
+end
+return {redis.call('ZRANGE', KEYS[1], 0, -1), missing}
+`)
