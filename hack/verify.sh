@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Fails when the generated files in the tree are stale or a Go file is not
-# gofmt-ed (tracked files only; untracked work in progress is not judged). It regenerates into a temporary directory (through the same make
-# targets, with their output directories pointed there) and compares, so it
-# never touches the work tree.
+# Fails when the generated files in the tree are stale or a tracked Go file
+# is not gofmt-ed (untracked work in progress is not judged). It regenerates
+# into a temporary directory (through the same make targets, with their
+# output directories pointed there) and compares, so it never touches the
+# work tree.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -20,16 +21,19 @@ report() {
 	stale=1
 }
 
-diff -ru "$tmp/crd" config/crd/bases >&2 || report config/crd/bases
-diff -ru "$tmp/crd" charts/tiergate/crds >&2 || report charts/tiergate/crds
-diff -u "$tmp/deepcopy/zz_generated.deepcopy.go" api/v1alpha1/zz_generated.deepcopy.go >&2 ||
+diff -ru config/crd/bases "$tmp/crd" >&2 || report config/crd/bases
+diff -ru charts/tiergate/crds "$tmp/crd" >&2 || report charts/tiergate/crds
+diff -u api/v1alpha1/zz_generated.deepcopy.go "$tmp/deepcopy/zz_generated.deepcopy.go" >&2 ||
 	report api/v1alpha1/zz_generated.deepcopy.go
 # controller-gen writes no role.yaml while no +kubebuilder:rbac marker exists.
 if [[ -f $tmp/rbac/role.yaml || -f config/rbac/role.yaml ]]; then
-	diff -u "$tmp/rbac/role.yaml" config/rbac/role.yaml >&2 || report config/rbac/role.yaml
+	diff -u config/rbac/role.yaml "$tmp/rbac/role.yaml" >&2 || report config/rbac/role.yaml
 fi
 
-mapfile -t gofiles < <(git ls-files '*.go')
+gofiles=()
+while IFS= read -r f; do
+	[[ -f $f ]] && gofiles+=("$f") # skip tracked files deleted in the work tree
+done < <(git ls-files '*.go')
 if [[ ${#gofiles[@]} -gt 0 ]]; then
 	unformatted=$(gofmt -l "${gofiles[@]}")
 	if [[ -n $unformatted ]]; then

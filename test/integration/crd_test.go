@@ -23,12 +23,12 @@ import (
 // crdShape is what a CRD must look like once the API server accepted it.
 type crdShape struct {
 	Kind, Plural, ShortName string
-	Categories               []string
-	Scope                    apiextensionsv1.ResourceScope
-	Versions                 []string
-	StatusSubresource        bool
-	Columns                  []string
-	Established, NamesOK     apiextensionsv1.ConditionStatus
+	Categories              []string
+	Scope                   apiextensionsv1.ResourceScope
+	Versions                []string
+	StatusSubresource       bool
+	Columns                 []string
+	Established, NamesOK    apiextensionsv1.ConditionStatus
 }
 
 func TestCRDsAreEstablished(t *testing.T) {

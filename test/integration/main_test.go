@@ -146,10 +146,17 @@ func newNamespace(t *testing.T) string {
 // stdout, stderr and the error of a failed run (an *exec.ExitError).
 func kubectl(t *testing.T, args ...string) (string, string, error) {
 	t.Helper()
+	return kubectlWithInput(t, "", args...)
+}
+
+// kubectlWithInput is kubectl with stdin.
+func kubectlWithInput(t *testing.T, stdin string, args ...string) (string, string, error) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, kubectlBin, append([]string{"--kubeconfig", kubeconfig}, args...)...)
 	cmd.Dir = repoRoot
+	cmd.Stdin = strings.NewReader(stdin)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()

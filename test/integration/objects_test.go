@@ -45,6 +45,16 @@ func sample(t *testing.T, kind, name string) *unstructured.Unstructured {
 	return nil
 }
 
+// readSample returns a file of config/samples.
+func readSample(t *testing.T, name string) string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(repoRoot, "config", "samples", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(data)
+}
+
 // mutation changes an object; set and del build them from dotted paths.
 type mutation func(t *testing.T, u *unstructured.Unstructured)
 

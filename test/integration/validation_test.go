@@ -276,9 +276,12 @@ func TestBadUpdatesAreRefused(t *testing.T) {
 			[]cause{invalid("spec.authentication.headerName", "Invalid value: authentication.headerName is required when authentication.mode is TrustedHeader")}},
 		"poolRef set to the same name": {"ServiceTier", "premium", set("spec.poolRef.name", "llm"), nil},
 		"tierRef set to the same name": {"TenantQuota", "acme", set("spec.tierRef.name", "premium"), nil},
-		"share and wait changed":       {"ServiceTier", "premium", func(t *testing.T, u *unstructured.Unstructured) { set("spec.tenantShare", "0.5")(t, u); set("spec.tolerableWait", "10s")(t, u) }, nil},
-		"ageing switched to a rate":    {"ModelPool", "llm", set("spec.ageing", map[string]any{"rate": "3s"}), nil},
-		"maxConcurrency added":         {"TenantQuota", "acme", set("spec.maxConcurrency", int64(3)), nil},
+		"share and wait changed": {"ServiceTier", "premium", func(t *testing.T, u *unstructured.Unstructured) {
+			set("spec.tenantShare", "0.5")(t, u)
+			set("spec.tolerableWait", "10s")(t, u)
+		}, nil},
+		"ageing switched to a rate": {"ModelPool", "llm", set("spec.ageing", map[string]any{"rate": "3s"}), nil},
+		"maxConcurrency added":      {"TenantQuota", "acme", set("spec.maxConcurrency", int64(3)), nil},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
