@@ -229,8 +229,21 @@ func TestSamplesApplyWithKubectl(t *testing.T) {
 		t.Errorf("TenantQuotas tenant→tier (-want +got):\n%s", diff)
 	}
 
+	// The category "tiergate" names every object of the group.
+	stdout, stderr, err := kubectl(t, "get", "tiergate", "-n", ns, "-o", "name")
+	if err != nil {
+		t.Fatalf("kubectl get tiergate: %v\n%s", err, stderr)
+	}
+	gotNames := strings.Split(strings.TrimSpace(stdout), "\n")
+	sort.Strings(gotNames)
+	wantNames := append([]string(nil), sampleObjects[1:]...) // not the Deployment
+	sort.Strings(wantNames)
+	if diff := cmp.Diff(wantNames, gotNames); diff != "" {
+		t.Errorf("kubectl get tiergate -o name (-want +got):\n%s", diff)
+	}
+
 	// A second apply changes nothing.
-	stdout, stderr, err := kubectl(t, "apply", "-n", ns, "-f", "config/samples")
+	stdout, stderr, err = kubectl(t, "apply", "-n", ns, "-f", "config/samples")
 	if err != nil {
 		t.Fatalf("second apply: %v\n%s", err, stderr)
 	}
