@@ -1,0 +1,47 @@
+package controllers
+
+import (
+	"math"
+	"time"
+
+	"github.com/tiergate/tiergate/dispatcher/policy"
+)
+
+// Hysteresis defaults for folding measured service times into S.
+const (
+	// DefaultMeasuredMinCompletions is how many completions the dispatchers
+	// must report in total before their service time is trusted.
+	DefaultMeasuredMinCompletions = 20
+	// DefaultMeasuredTolerance is the relative change below which the
+	// measured service time is ignored, so bounds do not flap.
+	DefaultMeasuredTolerance = 0.10
+)
+
+// foldServiceTime combines the dispatchers' measured service times (each a
+// mean over its own completions) into one, weighted by completions, and
+// decides whether it replaces current. It moves only when at least
+// minCompletions completions back it and it differs from current by more
+// than tolerance (relative). The result is rounded to the millisecond.
+// current 0 means nothing was recorded yet: any trusted measurement is taken.
+func foldServiceTime(current time.Duration, stats []policy.Measured, minCompletions int64, tolerance float64) (time.Duration, bool) {
+	var weighted float64
+	var n int64
+	for _, s := range stats {
+		if s.Completed <= 0 || s.ServiceTimeSeconds <= 0 || math.IsNaN(s.ServiceTimeSeconds) || math.IsInf(s.ServiceTimeSeconds, 0) {
+			continue
+		}
+		weighted += s.ServiceTimeSeconds * float64(s.Completed)
+		n += s.Completed
+	}
+	if n == 0 || n < minCompletions {
+		return current, false
+	}
+	measured := time.Duration(math.Round(weighted/float64(n)*1000)) * time.Millisecond
+	if measured <= 0 {
+		measured = time.Millisecond
+	}
+	if current > 0 && math.Abs(float64(measured-current)) <= tolerance*float64(current) {
+		return current, false
+	}
+	return measured, measured != current
+}

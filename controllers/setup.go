@@ -1,0 +1,352 @@
+package controllers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
+	ctrlbuilder "sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	"github.com/tiergate/tiergate/api/v1alpha1"
+)
+
+// Field indexes on the manager's cache.
+const (
+	IndexTierPool       = "spec.poolRef.name"
+	IndexQuotaTier      = "spec.tierRef.name"
+	IndexQuotaSecret    = "spec.apiKeySecretRef.name"
+	IndexPoolDeployment = "spec.deploymentRef.name"
+)
+
+// Options configures the controllers. Zero values take the defaults.
+type Options struct {
+	// PushTokenFile holds the bearer token sent with every push.
+	PushTokenFile string
+	// PushTimeout bounds one push (default 5s).
+	PushTimeout time.Duration
+	// ResyncPeriod re-pushes to every dispatcher even when it is current
+	// (default 30s). It also paces how often measured stats arrive.
+	ResyncPeriod time.Duration
+	// BackoffBase and BackoffMax bound the retry delay of failed pushes.
+	BackoffBase, BackoffMax time.Duration
+	// MeasuredMinCompletions and MeasuredTolerance are the hysteresis of
+	// serviceTime.source Measured (defaults 20 and 0.10).
+	MeasuredMinCompletions int64
+	MeasuredTolerance      float64
+	// UnreachableStrike is how many consecutive failed pushes make an
+	// unreachable pod degrade its pool (default 3).
+	UnreachableStrike int
+	// MaxConcurrentReconciles of the pool controller (default 4).
+	MaxConcurrentReconciles int
+	// Clock (default the real one).
+	Clock clock.WithTicker
+}
+
+// ErrInvalidOptions is wrapped by Options validation errors.
+var ErrInvalidOptions = errors.New("invalid controller options")
+
+func (o *Options) defaults() {
+	if o.PushTimeout == 0 {
+		o.PushTimeout = 5 * time.Second
+	}
+	if o.ResyncPeriod == 0 {
+		o.ResyncPeriod = 30 * time.Second
+	}
+	if o.MeasuredMinCompletions == 0 {
+		o.MeasuredMinCompletions = DefaultMeasuredMinCompletions
+	}
+	if o.MeasuredTolerance == 0 {
+		o.MeasuredTolerance = DefaultMeasuredTolerance
+	}
+	if o.UnreachableStrike == 0 {
+		o.UnreachableStrike = 3
+	}
+	if o.MaxConcurrentReconciles == 0 {
+		o.MaxConcurrentReconciles = 4
+	}
+	if o.Clock == nil {
+		o.Clock = clock.RealClock{}
+	}
+}
+
+func (o *Options) validate() error {
+	switch {
+	case o.PushTimeout < 0:
+		return fmt.Errorf("%w: push timeout %s must be positive", ErrInvalidOptions, o.PushTimeout)
+	case o.ResyncPeriod < 0:
+		return fmt.Errorf("%w: resync period %s must be positive", ErrInvalidOptions, o.ResyncPeriod)
+	case o.MeasuredMinCompletions < 0:
+		return fmt.Errorf("%w: measured min completions %d must be positive", ErrInvalidOptions, o.MeasuredMinCompletions)
+	case o.MeasuredTolerance < 0 || o.MeasuredTolerance >= 1:
+		return fmt.Errorf("%w: measured tolerance %v must be in [0, 1)", ErrInvalidOptions, o.MeasuredTolerance)
+	case o.UnreachableStrike < 1:
+		return fmt.Errorf("%w: unreachable strike %d must be at least 1", ErrInvalidOptions, o.UnreachableStrike)
+	}
+	return nil
+}
+
+// Setup registers the field indexes, the Pusher and both controllers with
+// the manager. It returns the PoolReconciler (tests read its pusher).
+func Setup(ctx context.Context, mgr manager.Manager, opts Options) (*PoolReconciler, error) {
+	opts.defaults()
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
+	if err := setupIndexes(ctx, mgr.GetFieldIndexer()); err != nil {
+		return nil, err
+	}
+
+	notes := newNotifier()
+	if err := mgr.Add(notes); err != nil {
+		return nil, err
+	}
+	pusher, err := NewPusher(PusherOptions{
+		TokenFile:   opts.PushTokenFile,
+		Timeout:     opts.PushTimeout,
+		BackoffBase: opts.BackoffBase,
+		BackoffMax:  opts.BackoffMax,
+		Clock:       opts.Clock,
+		Notify:      notes.Notify,
+		Log:         mgr.GetLogger().WithName("push"),
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := mgr.Add(pusher); err != nil {
+		return nil, err
+	}
+
+	pools := &PoolReconciler{
+		Client:                 mgr.GetClient(),
+		Recorder:               mgr.GetEventRecorder("tiergate-controller"),
+		Pusher:                 pusher,
+		Clock:                  opts.Clock,
+		ResyncPeriod:           opts.ResyncPeriod,
+		MeasuredMinCompletions: opts.MeasuredMinCompletions,
+		MeasuredTolerance:      opts.MeasuredTolerance,
+		UnreachableStrike:      opts.UnreachableStrike,
+	}
+	c := mgr.GetClient()
+	err = ctrlbuilder.ControllerManagedBy(mgr).
+		Named("modelpool").
+		For(&v1alpha1.ModelPool{}).
+		Watches(&v1alpha1.ServiceTier{}, handler.EnqueueRequestsFromMapFunc(tierToPool)).
+		Watches(&v1alpha1.TenantQuota{}, handler.EnqueueRequestsFromMapFunc(quotaToPool(c))).
+		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(secretToPools(c))).
+		Watches(&appsv1.Deployment{}, handler.EnqueueRequestsFromMapFunc(deploymentToPools(c))).
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podToPools(c)), ctrlbuilder.WithPredicates(podChanged())).
+		WatchesRawSource(source.Channel(notes.out, &handler.EnqueueRequestForObject{})).
+		WithOptions(controller.Options{MaxConcurrentReconciles: opts.MaxConcurrentReconciles}).
+		Complete(pools)
+	if err != nil {
+		return nil, err
+	}
+	err = ctrlbuilder.ControllerManagedBy(mgr).
+		Named("tenantquota").
+		For(&v1alpha1.TenantQuota{}).
+		Watches(&v1alpha1.ServiceTier{}, handler.EnqueueRequestsFromMapFunc(tierToQuotas(c))).
+		Complete(&QuotaReconciler{Client: c, Clock: opts.Clock})
+	if err != nil {
+		return nil, err
+	}
+	return pools, nil
+}
+
+func setupIndexes(ctx context.Context, ix client.FieldIndexer) error {
+	if err := ix.IndexField(ctx, &v1alpha1.ServiceTier{}, IndexTierPool, func(o client.Object) []string {
+		return []string{o.(*v1alpha1.ServiceTier).Spec.PoolRef.Name}
+	}); err != nil {
+		return err
+	}
+	if err := ix.IndexField(ctx, &v1alpha1.TenantQuota{}, IndexQuotaTier, func(o client.Object) []string {
+		return []string{o.(*v1alpha1.TenantQuota).Spec.TierRef.Name}
+	}); err != nil {
+		return err
+	}
+	if err := ix.IndexField(ctx, &v1alpha1.TenantQuota{}, IndexQuotaSecret, func(o client.Object) []string {
+		if ref := o.(*v1alpha1.TenantQuota).Spec.APIKeySecretRef; ref != nil {
+			return []string{ref.Name}
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	return ix.IndexField(ctx, &v1alpha1.ModelPool{}, IndexPoolDeployment, func(o client.Object) []string {
+		return []string{o.(*v1alpha1.ModelPool).Spec.DeploymentRef.Name}
+	})
+}
+
+func poolRequest(ns, name string) reconcile.Request {
+	return reconcile.Request{NamespacedName: types.NamespacedName{Namespace: ns, Name: name}}
+}
+
+func tierToPool(_ context.Context, o client.Object) []reconcile.Request {
+	t := o.(*v1alpha1.ServiceTier)
+	return []reconcile.Request{poolRequest(t.Namespace, t.Spec.PoolRef.Name)}
+}
+
+func quotaToPool(c client.Reader) handler.MapFunc {
+	return func(ctx context.Context, o client.Object) []reconcile.Request {
+		q := o.(*v1alpha1.TenantQuota)
+		var t v1alpha1.ServiceTier
+		if err := c.Get(ctx, types.NamespacedName{Namespace: q.Namespace, Name: q.Spec.TierRef.Name}, &t); err != nil {
+			return nil
+		}
+		return []reconcile.Request{poolRequest(t.Namespace, t.Spec.PoolRef.Name)}
+	}
+}
+
+func tierToQuotas(c client.Reader) handler.MapFunc {
+	return func(ctx context.Context, o client.Object) []reconcile.Request {
+		var quotas v1alpha1.TenantQuotaList
+		if err := c.List(ctx, &quotas, client.InNamespace(o.GetNamespace()), client.MatchingFields{IndexQuotaTier: o.GetName()}); err != nil {
+			return nil
+		}
+		out := make([]reconcile.Request, 0, len(quotas.Items))
+		for _, q := range quotas.Items {
+			out = append(out, poolRequest(q.Namespace, q.Name))
+		}
+		return out
+	}
+}
+
+func secretToPools(c client.Reader) handler.MapFunc {
+	return func(ctx context.Context, o client.Object) []reconcile.Request {
+		var quotas v1alpha1.TenantQuotaList
+		if err := c.List(ctx, &quotas, client.InNamespace(o.GetNamespace()), client.MatchingFields{IndexQuotaSecret: o.GetName()}); err != nil {
+			return nil
+		}
+		seen := map[string]bool{}
+		var out []reconcile.Request
+		for _, q := range quotas.Items {
+			var t v1alpha1.ServiceTier
+			if err := c.Get(ctx, types.NamespacedName{Namespace: q.Namespace, Name: q.Spec.TierRef.Name}, &t); err != nil {
+				continue
+			}
+			if !seen[t.Spec.PoolRef.Name] {
+				seen[t.Spec.PoolRef.Name] = true
+				out = append(out, poolRequest(t.Namespace, t.Spec.PoolRef.Name))
+			}
+		}
+		return out
+	}
+}
+
+func deploymentToPools(c client.Reader) handler.MapFunc {
+	return func(ctx context.Context, o client.Object) []reconcile.Request {
+		var pools v1alpha1.ModelPoolList
+		if err := c.List(ctx, &pools, client.InNamespace(o.GetNamespace()), client.MatchingFields{IndexPoolDeployment: o.GetName()}); err != nil {
+			return nil
+		}
+		out := make([]reconcile.Request, 0, len(pools.Items))
+		for _, p := range pools.Items {
+			out = append(out, poolRequest(p.Namespace, p.Name))
+		}
+		return out
+	}
+}
+
+// podToPools maps a pod to the pools it is a dispatcher or a model pod of.
+func podToPools(c client.Reader) handler.MapFunc {
+	return func(ctx context.Context, o client.Object) []reconcile.Request {
+		var pools v1alpha1.ModelPoolList
+		if err := c.List(ctx, &pools, client.InNamespace(o.GetNamespace())); err != nil {
+			return nil
+		}
+		var out []reconcile.Request
+		for _, p := range pools.Items {
+			match := selectorMatches(&p.Spec.Dispatchers.Selector, o.GetLabels())
+			if !match {
+				var d appsv1.Deployment
+				if err := c.Get(ctx, types.NamespacedName{Namespace: p.Namespace, Name: p.Spec.DeploymentRef.Name}, &d); err == nil {
+					match = selectorMatches(d.Spec.Selector, o.GetLabels())
+				}
+			}
+			if match {
+				out = append(out, poolRequest(p.Namespace, p.Name))
+			}
+		}
+		return out
+	}
+}
+
+// podChanged passes pod updates that matter to a pool: labels, IP,
+// readiness, phase, restarts and deletion. Status churn such as probe
+// timestamps is dropped.
+func podChanged() predicate.Predicate {
+	view := func(p *corev1.Pod) []any {
+		return []any{p.Labels, p.Status.PodIP, podReady(p), p.Status.Phase, podRestarts(p), p.DeletionTimestamp != nil}
+	}
+	return predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+		o, ok1 := e.ObjectOld.(*corev1.Pod)
+		n, ok2 := e.ObjectNew.(*corev1.Pod)
+		if !ok1 || !ok2 {
+			return true
+		}
+		return !equality.Semantic.DeepEqual(view(o), view(n))
+	}}
+}
+
+// notifier turns the Pusher's per-attempt callbacks into reconcile events
+// without blocking the pusher and without losing one: pending pools are
+// coalesced in a set and drained into the controller's channel.
+type notifier struct {
+	mu      sync.Mutex
+	pending map[types.NamespacedName]bool
+	wake    chan struct{}
+	out     chan event.GenericEvent
+}
+
+func newNotifier() *notifier {
+	return &notifier{pending: map[types.NamespacedName]bool{}, wake: make(chan struct{}, 1), out: make(chan event.GenericEvent)}
+}
+
+// Notify asks for the pool to be reconciled; it never blocks.
+func (n *notifier) Notify(pool types.NamespacedName) {
+	n.mu.Lock()
+	n.pending[pool] = true
+	n.mu.Unlock()
+	select {
+	case n.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Start drains pending notifications until ctx ends.
+func (n *notifier) Start(ctx context.Context) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-n.wake:
+		}
+		n.mu.Lock()
+		batch := n.pending
+		n.pending = map[types.NamespacedName]bool{}
+		n.mu.Unlock()
+		for pool := range batch {
+			ev := event.GenericEvent{Object: &v1alpha1.ModelPool{ObjectMeta: metav1.ObjectMeta{Namespace: pool.Namespace, Name: pool.Name}}}
+			select {
+			case n.out <- ev:
+			case <-ctx.Done():
+				return nil
+			}
+		}
+	}
+}

@@ -1,0 +1,287 @@
+package controllers
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/tiergate/tiergate/api/v1alpha1"
+)
+
+// Pure status helpers: each takes the object's current status and what was
+// observed, and returns the status to write. The caller writes only when the
+// result differs. now stamps conditions whose status changes.
+
+// poolView is everything the ModelPool status is computed from.
+type poolView struct {
+	Generation        int64
+	DeploymentFound   bool
+	Bounds            Bounds
+	Backends          int
+	HasTiers          bool
+	Version           int64
+	ObservedService   time.Duration // 0 when nothing measured yet
+	Dispatchers       []dispatcherView
+	UnreachableStrike int // consecutive failures before an unreachable pod degrades the pool
+}
+
+// dispatcherView is one dispatcher pod as the status sees it.
+type dispatcherView struct {
+	Name     string
+	Ready    bool
+	Acked    int64
+	State    PodState
+	Attempts int
+}
+
+func setCondition(conds *[]metav1.Condition, now metav1.Time, gen int64, typ string, ok bool, reason, msg string) {
+	st := metav1.ConditionFalse
+	if ok {
+		st = metav1.ConditionTrue
+	}
+	meta.SetStatusCondition(conds, metav1.Condition{Type: typ, Status: st, Reason: reason, Message: msg, ObservedGeneration: gen, LastTransitionTime: now})
+}
+
+// desiredPoolStatus computes a ModelPool's status.
+func desiredPoolStatus(cur v1alpha1.ModelPoolStatus, v poolView, now metav1.Time) v1alpha1.ModelPoolStatus {
+	st := *cur.DeepCopy()
+	b := v.Bounds.Pool
+	st.ObservedGeneration = v.Generation
+	st.ReadyReplicas = b.ReadyReplicas
+	st.PoolConcurrency = b.Concurrency
+	st.ServiceRate = b.ServiceRateString
+	st.AgeingRate = &metav1.Duration{Duration: b.AgeingRate}
+	st.ObservedServiceTime = nil
+	if v.ObservedService > 0 {
+		st.ObservedServiceTime = &metav1.Duration{Duration: v.ObservedService}
+	}
+	st.PolicyVersion = v.Version
+	st.Dispatchers = v1alpha1.DispatcherCounts{Total: int32(len(v.Dispatchers))}
+	for _, d := range v.Dispatchers {
+		if d.Ready {
+			st.Dispatchers.Ready++
+		}
+		if d.Acked == v.Version {
+			st.Dispatchers.Synced++
+		}
+	}
+
+	// Ready: the pool can serve with the bounds in force.
+	switch {
+	case !v.DeploymentFound:
+		setCondition(&st.Conditions, now, v.Generation, v1alpha1.ConditionReady, false, string(v1alpha1.ReasonDeploymentNotFound),
+			"the Deployment named in spec.deploymentRef does not exist; the policy has 0 slots")
+	case b.ReadyReplicas == 0:
+		setCondition(&st.Conditions, now, v.Generation, v1alpha1.ConditionReady, false, string(v1alpha1.ReasonNoReadyReplicas),
+			"the Deployment has no ready replicas; the policy has 0 slots and dispatchers answer 503")
+	case v.Backends == 0:
+		setCondition(&st.Conditions, now, v.Generation, v1alpha1.ConditionReady, false, string(v1alpha1.ReasonNoReadyReplicas),
+			fmt.Sprintf("the Deployment reports %d ready replicas but no Ready pod with an IP matches its selector; the policy has 0 slots", b.ReadyReplicas))
+	case !v.HasTiers:
+		setCondition(&st.Conditions, now, v.Generation, v1alpha1.ConditionReady, false, string(v1alpha1.ReasonNoTiers),
+			"no ServiceTier references this pool; no policy is pushed and dispatchers keep their last one")
+	default:
+		msg := fmt.Sprintf("%d slots on %d ready replicas (%d backends), serving %s requests/s with a service time of %s",
+			b.Concurrency, b.ReadyReplicas, v.Backends, b.ServiceRateString, b.ServiceTime)
+		if b.DefaultTierNotFound {
+			msg += "; spec.defaultTier names no ServiceTier of this pool, so tenants without a TenantQuota are refused"
+		}
+		setCondition(&st.Conditions, now, v.Generation, v1alpha1.ConditionReady, true, string(v1alpha1.ReasonPoolReady), msg)
+	}
+
+	// Synced: every dispatcher pod acknowledged the current version.
+	switch total := int32(len(v.Dispatchers)); {
+	case total == 0:
+		setCondition(&st.Conditions, now, v.Generation, v1alpha1.ModelPoolSynced, false, string(v1alpha1.ReasonNoDispatchers),
+			"no pod with an IP matches spec.dispatchers.selector")
+	case !v.HasTiers:
+		setCondition(&st.Conditions, now, v.Generation, v1alpha1.ModelPoolSynced, false, string(v1alpha1.ReasonNoTiers),
+			"no policy to push: the pool has no ServiceTier")
+	case st.Dispatchers.Synced == total:
+		setCondition(&st.Conditions, now, v.Generation, v1alpha1.ModelPoolSynced, true, string(v1alpha1.ReasonAllSynced),
+			fmt.Sprintf("%d/%d dispatchers hold policy version %d", total, total, v.Version))
+	default:
+		var behind []string
+		for _, d := range v.Dispatchers {
+			if d.Acked != v.Version {
+				behind = append(behind, d.Name)
+			}
+		}
+		setCondition(&st.Conditions, now, v.Generation, v1alpha1.ModelPoolSynced, false, string(v1alpha1.ReasonSyncPending),
+			fmt.Sprintf("%d/%d dispatchers hold policy version %d; waiting for %s", st.Dispatchers.Synced, total, v.Version, listNames(behind)))
+	}
+
+	// Degraded: a dispatcher refuses or cannot be reached.
+	reason, msg := degradedReason(v.Dispatchers, v.UnreachableStrike)
+	if reason == "" {
+		setCondition(&st.Conditions, now, v.Generation, v1alpha1.ModelPoolDegraded, false, string(v1alpha1.ReasonHealthy), "every dispatcher accepts pushes")
+	} else {
+		setCondition(&st.Conditions, now, v.Generation, v1alpha1.ModelPoolDegraded, true, reason, msg)
+	}
+
+	// The ageing horizon against the client timeout (DESIGN.md section 4).
+	setCondition(&st.Conditions, now, v.Generation, v1alpha1.ModelPoolAgeingHorizonExceedsClientTimeout,
+		b.HorizonExceedsClientTimeout, horizonReason(b), horizonMessage(b))
+	return st
+}
+
+func horizonReason(b PoolBounds) string {
+	if b.HorizonExceedsClientTimeout {
+		return string(v1alpha1.ReasonHorizonExceedsTimeout)
+	}
+	return string(v1alpha1.ReasonHorizonWithinTimeout)
+}
+
+func horizonMessage(b PoolBounds) string {
+	points := int64(0)
+	if b.AgeingRate > 0 {
+		points = int64(b.AgeingHorizon / b.AgeingRate)
+	}
+	switch {
+	case b.ClientTimeout == 0:
+		return fmt.Sprintf("ageing horizon %s (%s per point × %d points); no clientTimeout is set", b.AgeingHorizon, b.AgeingRate, points)
+	case b.HorizonExceedsClientTimeout:
+		return fmt.Sprintf("ageing horizon %s (%s per point × %d points) exceeds clientTimeout %s: under sustained load of the top tier a request of the lowest tier expires before ageing lifts it, so the starvation guarantee is void",
+			b.AgeingHorizon, b.AgeingRate, points, b.ClientTimeout)
+	default:
+		return fmt.Sprintf("ageing horizon %s (%s per point × %d points) is within clientTimeout %s", b.AgeingHorizon, b.AgeingRate, points, b.ClientTimeout)
+	}
+}
+
+// degradedReason picks the most telling failure: a refused token first,
+// then a refused policy, then other answers, then pods unreachable for
+// strike consecutive attempts (a fresh pod may not listen yet).
+func degradedReason(ds []dispatcherView, strike int) (string, string) {
+	by := map[PushResult][]string{}
+	var first = map[PushResult]error{}
+	for _, d := range ds {
+		r := d.State.Result
+		if r == "" || r == PushOK || r == PushConflict {
+			continue
+		}
+		if r == PushUnreachable && d.State.Failures < strike {
+			continue
+		}
+		by[r] = append(by[r], d.Name)
+		if first[r] == nil {
+			first[r] = d.State.Err
+		}
+	}
+	switch {
+	case len(by[PushUnauthorized]) > 0:
+		return string(v1alpha1.ReasonPushUnauthorized), fmt.Sprintf("%s refused the push token (check --push-token-file against the dispatchers' --admin-token-file): %v",
+			listNames(by[PushUnauthorized]), first[PushUnauthorized])
+	case len(by[PushRejected]) > 0:
+		return string(v1alpha1.ReasonPushRejected), fmt.Sprintf("%s rejected the policy: %v", listNames(by[PushRejected]), first[PushRejected])
+	case len(by[PushFailed]) > 0:
+		return string(v1alpha1.ReasonPushRejected), fmt.Sprintf("%s did not accept the policy: %v", listNames(by[PushFailed]), first[PushFailed])
+	case len(by[PushUnreachable]) > 0:
+		return string(v1alpha1.ReasonDispatcherUnreachable), fmt.Sprintf("%s unreachable, retrying with backoff: %v", listNames(by[PushUnreachable]), first[PushUnreachable])
+	}
+	return "", ""
+}
+
+func listNames(names []string) string {
+	sort.Strings(names)
+	if len(names) > 5 {
+		return strings.Join(names[:5], ", ") + fmt.Sprintf(" and %d more", len(names)-5)
+	}
+	return strings.Join(names, ", ")
+}
+
+// desiredTierStatus computes a ServiceTier's status from its bounds.
+func desiredTierStatus(cur v1alpha1.ServiceTierStatus, gen int64, tb TierBounds, pool PoolBounds, now metav1.Time) v1alpha1.ServiceTierStatus {
+	st := *cur.DeepCopy()
+	st.ObservedGeneration = gen
+	st.QueueBound = tb.QueueBound
+	st.TenantConcurrencyLimit = tb.TenantConcurrencyLimit
+	st.TenantQueueLimit = tb.TenantQueueLimit
+	st.MaxWait = nil
+	if !tb.Unbounded {
+		st.MaxWait = &metav1.Duration{Duration: tb.MaxWait}
+	}
+	st.Guarantee = tb.Guarantee
+	if pool.NoReadyReplicas {
+		setCondition(&st.Conditions, now, gen, v1alpha1.ConditionReady, false, string(v1alpha1.ReasonPoolNotReady),
+			"the pool has no ready replicas: every bound is at its floor of 1 and nothing is served")
+	} else {
+		setCondition(&st.Conditions, now, gen, v1alpha1.ConditionReady, true, string(v1alpha1.ReasonBoundsComputed),
+			fmt.Sprintf("queue bound %d, tenant limits %d in flight and %d queued, for %d pool slots", tb.QueueBound, tb.TenantConcurrencyLimit, tb.TenantQueueLimit, pool.Concurrency))
+	}
+	return st
+}
+
+// orphanTierStatus is the status of a tier whose pool does not exist.
+func orphanTierStatus(cur v1alpha1.ServiceTierStatus, gen int64, pool string, now metav1.Time) v1alpha1.ServiceTierStatus {
+	st := *cur.DeepCopy()
+	st.ObservedGeneration = gen
+	st.QueueBound, st.TenantConcurrencyLimit, st.TenantQueueLimit = 0, 0, 0
+	st.MaxWait, st.Guarantee = nil, ""
+	setCondition(&st.Conditions, now, gen, v1alpha1.ConditionReady, false, string(v1alpha1.ReasonPoolNotFound),
+		fmt.Sprintf("ModelPool %q does not exist", pool))
+	return st
+}
+
+// quotaView is what a TenantQuota's status is computed from.
+type quotaView struct {
+	Generation    int64
+	Pool          string // "" when the tier or its pool is missing
+	Tenant        TenantBounds
+	TierMissing   bool
+	PoolMissing   bool
+	SecretName    string
+	SecretMissing bool
+	KeysMissing   []string
+	Share         string
+}
+
+// desiredQuotaStatus computes a TenantQuota's status.
+func desiredQuotaStatus(cur v1alpha1.TenantQuotaStatus, v quotaView, now metav1.Time) v1alpha1.TenantQuotaStatus {
+	st := *cur.DeepCopy()
+	st.ObservedGeneration = v.Generation
+	st.Pool = v.Pool
+	st.EffectiveConcurrencyLimit = v.Tenant.EffectiveLimit
+	st.APIKeys = int32(v.Tenant.APIKeys - v.Tenant.SharedKeys)
+	cond := func(ok bool, reason, msg string) {
+		setCondition(&st.Conditions, now, v.Generation, v1alpha1.ConditionReady, ok, reason, msg)
+	}
+	switch {
+	case v.TierMissing:
+		st.EffectiveConcurrencyLimit, st.APIKeys, st.Pool = 0, 0, ""
+		cond(false, string(v1alpha1.ReasonTierNotFound), fmt.Sprintf("ServiceTier %q does not exist; tenant %q is in no policy", v.Tenant.Tier, v.Tenant.Tenant))
+	case v.PoolMissing:
+		st.EffectiveConcurrencyLimit, st.APIKeys = 0, 0
+		cond(false, string(v1alpha1.ReasonPoolNotFound), fmt.Sprintf("the ModelPool of ServiceTier %q does not exist; tenant %q is in no policy", v.Tenant.Tier, v.Tenant.Tenant))
+	case v.Tenant.Duplicate:
+		st.EffectiveConcurrencyLimit = 0
+		cond(false, string(v1alpha1.ReasonDuplicateTenant), fmt.Sprintf("TenantQuota %q, created earlier, already places tenant %q; this one is ignored", v.Tenant.DuplicateOf, v.Tenant.Tenant))
+	case v.SecretMissing:
+		cond(false, string(v1alpha1.ReasonSecretNotFound), fmt.Sprintf("Secret %q does not exist; tenant %q is in the policy with no API keys", v.SecretName, v.Tenant.Tenant))
+	case len(v.KeysMissing) > 0:
+		cond(false, string(v1alpha1.ReasonSecretKeyMissing), fmt.Sprintf("Secret %q has no non-empty key %s; the other %d keys are in force", v.SecretName, strings.Join(v.KeysMissing, ", "), st.APIKeys))
+	default:
+		msg := fmt.Sprintf("tenant %q in tier %q may hold %d requests in flight", v.Tenant.Tenant, v.Tenant.Tier, v.Tenant.EffectiveLimit)
+		if v.Tenant.SharedKeys > 0 {
+			msg += fmt.Sprintf("; %d of its API keys also belong to another tenant and are ignored", v.Tenant.SharedKeys)
+		}
+		cond(true, string(v1alpha1.ReasonQuotaActive), msg)
+	}
+	return st
+}
+
+// boundChanges describes tier bound changes for a ScaledBounds event, such
+// as "premium 20→10, free 120→60"; "" when nothing that was set changed.
+func boundChanges(before map[string]int32, after []TierBounds) string {
+	var parts []string
+	for _, tb := range after {
+		old, ok := before[tb.Name]
+		if ok && old != 0 && old != tb.QueueBound {
+			parts = append(parts, fmt.Sprintf("%s %d→%d", tb.Name, old, tb.QueueBound))
+		}
+	}
+	return strings.Join(parts, ", ")
+}
