@@ -110,6 +110,10 @@ func New(cfg Config, opts ...Option) (*Redis, error) {
 		stop:    make(chan struct{}),
 	}
 	g.m = newMetrics(g)
+	// go-redis logs every failed dial; during an outage the Gate's own
+	// once-per-transition line is what an operator needs, so its chatter
+	// goes to verbose level. (The logger is process-wide.)
+	redis.SetLogger(redisLogger{g.log.WithName("go-redis").V(1)})
 	if o.registerer != nil {
 		if err := g.m.register(o.registerer); err != nil {
 			_ = g.client.Close()
@@ -117,6 +121,12 @@ func New(cfg Config, opts ...Option) (*Redis, error) {
 		}
 	}
 	return g, nil
+}
+
+type redisLogger struct{ l logr.Logger }
+
+func (r redisLogger) Printf(_ context.Context, format string, v ...any) {
+	r.l.Info(fmt.Sprintf(format, v...))
 }
 
 func defaultID() string {
@@ -674,12 +684,12 @@ func (g *Redis) renew() {
 	// Missing leases still held were lost by Redis (a restart, or a renewal
 	// later than the TTL): write them back. Released ones stay gone.
 	lost := map[string]*batch{}
-	n := 0
+	restored := map[string]bool{}
 	for _, m := range missing {
 		if !g.led.holds(m.member) {
 			continue
 		}
-		n++
+		restored[m.member] = true
 		if wasDegraded {
 			continue // already written back by restore=1
 		}
@@ -701,6 +711,7 @@ func (g *Redis) renew() {
 			return
 		}
 	}
+	n := len(restored)
 	g.m.restored.Add(float64(n))
 	if resumed {
 		g.log.Info("Redis reachable again: fleet mode resumed", "pool", pool, "dispatchers", len(alive), "leasesWrittenBack", n)
@@ -834,11 +845,12 @@ func (g *Redis) resubscribe() {
 		want = keysFor(g.pool).freed()
 	}
 	old := g.subscribed
-	g.subscribed = want
-	g.mu.Unlock()
 	if ps == nil || want == old {
+		g.mu.Unlock()
 		return
 	}
+	g.subscribed = want
+	g.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), g.cfg.OpTimeout)
 	defer cancel()
 	if old != "" {
