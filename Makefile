@@ -59,7 +59,8 @@ generate: ## Generate the deepcopy methods of api/v1alpha1
 
 .PHONY: fmt
 fmt: ## Format the Go code with gofmt
-	gofmt -w $$(git ls-files --cached --others --exclude-standard '*.go')
+	git ls-files --cached --others --exclude-standard '*.go' | \
+		while read -r f; do if [[ -f $$f ]]; then echo "$$f"; fi; done | xargs -r gofmt -l -w
 
 .PHONY: vet
 vet: ## Run go vet

@@ -47,6 +47,11 @@ wanted() {
 
 goversion=$(go env GOVERSION)
 
+# Two `make test` runs in one tree must not build into bin/ at once.
+mkdir -p "$bin"
+exec 9>"$bin/.tools.lock"
+flock 9
+
 # stamp_key WORD... -- FILE...: a hash of the Go version, the words and the
 # files' names and contents.
 stamp_key() {
