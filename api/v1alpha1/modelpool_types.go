@@ -108,9 +108,11 @@ type Authentication struct {
 	// +optional
 	Mode AuthenticationMode `json:"mode,omitempty"`
 
-	// headerName carries the tenant ID in TrustedHeader mode, where it must
-	// not be empty (the rule on Authentication says so; the pattern admits
-	// the empty string to leave that one message); ignored in APIKey mode.
+	// The pattern admits "" so that an empty name in TrustedHeader mode gets
+	// the one message of the rule on Authentication, which names the mode.
+
+	// headerName carries the tenant ID in TrustedHeader mode, where it is
+	// required; ignored in APIKey mode.
 	// +kubebuilder:default=X-Tenant-ID
 	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9-]*$`
 	// +kubebuilder:validation:MaxLength=128
