@@ -162,7 +162,7 @@ func TestKeysShareOneHashTag(t *testing.T) {
 			ks := keysFor(tc.pool)
 			all := []string{
 				ks.slots(), ks.tenantSlots("t{1}"), ks.tierQueued("free}"), ks.tenantQueued("{x"),
-				ks.dispatchers(), ks.freed(),
+				ks.dispatchers(), ks.waiting(), ks.freed(),
 			}
 			for _, k := range all {
 				if got := hashTag(k); got != tc.wantTag {

@@ -36,6 +36,10 @@ func (k keys) tenantQueued(tenant string) string { return k.tag + ":queued:tenan
 // dispatchers is the live dispatchers of the pool, scored by expiry.
 func (k keys) dispatchers() string { return k.tag + ":dispatchers" }
 
+// waiting is the dispatchers the fleet refused a slot lately, scored by
+// expiry: releases announce themselves only when it is not empty.
+func (k keys) waiting() string { return k.tag + ":waiting" }
+
 // freed is the pub/sub channel a release announces itself on.
 func (k keys) freed() string { return k.tag + ":freed" }
 

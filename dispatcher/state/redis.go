@@ -277,8 +277,8 @@ func (g *Redis) Acquire(tenant, tier string, slots, tenantLimit int) queue.Acqui
 	}
 	ks := keysFor(l.pool)
 	code, waitMs, err := g.runPair(opAcquire, acquireScript,
-		[]string{ks.slots(), ks.tenantSlots(tenant), ks.tierQueued(tier), ks.tenantQueued(tenant)},
-		l.id, g.ttlMs, slots, tenantLimit, qm)
+		[]string{ks.slots(), ks.tenantSlots(tenant), ks.tierQueued(tier), ks.tenantQueued(tenant), ks.waiting()},
+		l.id, g.ttlMs, slots, tenantLimit, qm, g.id)
 
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -356,9 +356,9 @@ func (g *Redis) remove(k kind, tenant, tier string) {
 	g.mu.Unlock()
 
 	ks := keysFor(l.pool)
-	op, announce, keys := opDequeue, 0, []string{ks.tierQueued(tier), ks.tenantQueued(tenant)}
+	op, announce, keys := opDequeue, 0, []string{ks.waiting(), ks.tierQueued(tier), ks.tenantQueued(tenant)}
 	if k == kindSlot {
-		op, announce, keys = opRelease, 1, []string{ks.slots(), ks.tenantSlots(tenant)}
+		op, announce, keys = opRelease, 1, []string{ks.waiting(), ks.slots(), ks.tenantSlots(tenant)}
 	}
 	if _, err := g.run(op, removeScript, keys, ks.freed(), g.id, announce, 1, l.id, 1, l.id); err != nil {
 		g.mu.Lock()
@@ -526,11 +526,14 @@ func (g *Redis) leave() {
 	batches := g.batchesLocked()
 	g.mu.Unlock()
 	for p, b := range batches {
-		_, _ = g.run(opRelease, removeScript, b.keys, append([]any{keysFor(p).freed(), g.id, 1}, b.args()...)...)
+		ks := keysFor(p)
+		_, _ = g.run(opRelease, removeScript, append([]string{ks.waiting()}, b.keys...),
+			append([]any{ks.freed(), g.id, 1}, b.args()...)...)
 	}
 	if pool != "" {
 		ks := keysFor(pool)
-		_, _ = g.run(opRelease, removeScript, []string{ks.dispatchers()}, "", "", 0, 1, g.id)
+		_, _ = g.run(opRelease, removeScript, []string{ks.waiting(), ks.dispatchers(), ks.waiting()},
+			"", g.id, 0, 1, g.id, 1, g.id)
 	}
 }
 
@@ -762,7 +765,9 @@ func (g *Redis) flush(pending []pendingRemoval) error {
 		b.add(y, p.lease.id)
 	}
 	for p, b := range byPool {
-		if _, err := g.run(opFlush, removeScript, b.keys, append([]any{keysFor(p).freed(), g.id, 1}, b.args()...)...); err != nil {
+		ks := keysFor(p)
+		if _, err := g.run(opFlush, removeScript, append([]string{ks.waiting()}, b.keys...),
+			append([]any{ks.freed(), g.id, 1}, b.args()...)...); err != nil {
 			return err
 		}
 	}

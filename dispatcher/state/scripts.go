@@ -63,17 +63,29 @@ return {0, nt + 1}
 
 // acquireScript turns a queued place into an in-flight slot.
 //
-//	KEYS: slots, tenantSlots, tierQueued, tenantQueued
-//	ARGV: member, ttlMs, slots, tenantLimit, queuedMember ("" for none)
+//	KEYS: slots, tenantSlots, tierQueued, tenantQueued, waiting
+//	ARGV: member, ttlMs, slots, tenantLimit, queuedMember ("" for none),
+//	      dispatcherID
 //	returns {code, waitMs}: code 0 granted (the queued member is gone),
 //	1 pool full, 2 tenant full; waitMs is how long until the earliest
-//	lease in the full set expires, the latest a re-check is worth it.
+//	lease in the full set expires, the latest a re-check is worth it. A
+//	refused dispatcher enters the waiting set for a TTL, so releases
+//	announce themselves to it.
 var acquireScript = redis.NewScript(luaPrologue + `
 local ttl = tonumber(ARGV[2])
 prune(KEYS[1])
 prune(KEYS[2])
-if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[3]) then return {1, firstExpiry(KEYS[1])} end
-if redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[4]) then return {2, firstExpiry(KEYS[2])} end
+local code, full = 0, nil
+if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[3]) then
+  code, full = 1, KEYS[1]
+elseif redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[4]) then
+  code, full = 2, KEYS[2]
+end
+if code ~= 0 then
+  redis.call('ZADD', KEYS[5], now + ttl, ARGV[6])
+  keep(KEYS[5], ttl)
+  return {code, firstExpiry(full)}
+end
 redis.call('ZADD', KEYS[1], now + ttl, ARGV[1])
 redis.call('ZADD', KEYS[2], now + ttl, ARGV[1])
 keep(KEYS[1], ttl)
@@ -88,28 +100,34 @@ return {0, 0}
 // removeScript ends leases: release (of slots) and dequeue (of queued
 // places), one or many.
 //
-//	KEYS: the sets
-//	ARGV: channel, payload, announce, then for each key: n, n members
-//	returns the number of members removed from the first key. When announce
-//	is 1 and that number is above 0, payload is published on channel: a
-//	slot freed, and waiting dispatchers re-check.
-var removeScript = redis.NewScript(`
+//	KEYS: waiting, then the sets
+//	ARGV: channel, dispatcherID, announce, then for each set: n, n members
+//	returns the number of members removed from the first set. When announce
+//	is 1, that number is above 0 and a dispatcher other than this one is
+//	waiting, dispatcherID is published on channel: a slot freed, and the
+//	waiting dispatchers re-check. With nobody waiting, nothing is sent.
+var removeScript = redis.NewScript(luaPrologue + `
 local pos = 4
 local first = 0
-for i = 1, #KEYS do
+for i = 2, #KEYS do
   local n = tonumber(ARGV[pos])
   pos = pos + 1
   local s = 0
   while s < n do
     local e = math.min(n, s + 500)
     local r = redis.call('ZREM', KEYS[i], unpack(ARGV, pos + s, pos + e - 1))
-    if i == 1 then first = first + r end
+    if i == 2 then first = first + r end
     s = e
   end
   pos = pos + n
 end
 if ARGV[3] == '1' and first > 0 then
-  redis.call('PUBLISH', ARGV[1], ARGV[2])
+  prune(KEYS[1])
+  local others = redis.call('ZCARD', KEYS[1])
+  if redis.call('ZSCORE', KEYS[1], ARGV[2]) then others = others - 1 end
+  if others > 0 then
+    redis.call('PUBLISH', ARGV[1], ARGV[2])
+  end
 end
 return first
 `)

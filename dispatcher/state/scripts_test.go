@@ -89,7 +89,7 @@ func TestAcquireScript(t *testing.T) {
 	s := redistest.Start(t, redistest.Options{})
 	c := rawClient(t, s)
 	ks := keysFor("ns/pool")
-	all := []string{ks.slots(), ks.tenantSlots("acme"), ks.tierQueued("free"), ks.tenantQueued("acme")}
+	all := []string{ks.slots(), ks.tenantSlots("acme"), ks.tierQueued("free"), ks.tenantQueued("acme"), ks.waiting()}
 
 	tests := map[string]struct {
 		pool, tenant         map[string]int64
@@ -139,12 +139,21 @@ func TestAcquireScript(t *testing.T) {
 			seed(t, c, all[1], tc.tenant)
 			seed(t, c, all[2], map[string]int64{"q1": far, "q2": far})
 			seed(t, c, all[3], map[string]int64{"q1": far, "q2": far})
-			got, err := acquireScript.Run(ctx, c, all, "new", 5000, tc.slots, tc.limit, tc.queuedMember).Int64Slice()
+			got, err := acquireScript.Run(ctx, c, all, "new", 5000, tc.slots, tc.limit, tc.queuedMember, "me").Int64Slice()
 			if err != nil {
 				t.Fatalf("acquire: %v", err)
 			}
 			if got[0] != tc.wantCode {
 				t.Errorf("code = %d, want %d", got[0], tc.wantCode)
+			}
+			// A refused dispatcher waits (and hears of releases); a granted
+			// one is not added.
+			wantWaiting := []string{}
+			if tc.wantCode != resOK {
+				wantWaiting = []string{"me"}
+			}
+			if diff := cmp.Diff(wantWaiting, members(t, c, all[4]), cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("waiting (-want +got):\n%s", diff)
 			}
 			if tc.wantCode != resOK {
 				// The wait is until the earliest lease of the full set expires.
@@ -161,7 +170,7 @@ func TestAcquireScript(t *testing.T) {
 	}
 }
 
-func TestRemoveScriptPublishesOnlyFreedSlots(t *testing.T) {
+func TestRemoveScriptAnnouncesFreedSlotsToWaiters(t *testing.T) {
 	s := redistest.Start(t, redistest.Options{})
 	c := rawClient(t, s)
 	ctx := context.Background()
@@ -171,26 +180,36 @@ func TestRemoveScriptPublishesOnlyFreedSlots(t *testing.T) {
 	if _, err := sub.ReceiveTimeout(ctx, 5*time.Second); err != nil { // the subscription ack
 		t.Fatalf("subscribe: %v", err)
 	}
-	seed(t, c, ks.slots(), map[string]int64{"a": far, "b": far, "c": far})
-	seed(t, c, ks.tenantSlots("acme"), map[string]int64{"a": far, "b": far})
+	release := []string{ks.waiting(), ks.slots(), ks.tenantSlots("acme")}
 
 	tests := []struct {
 		name       string
+		waiting    map[string]int64
 		keys       []string
 		args       []any
 		want       int64
 		wantPubSub bool
 	}{
-		{"release announces", []string{ks.slots(), ks.tenantSlots("acme")},
+		{"a waiter hears a release", map[string]int64{"d9": far}, release,
 			[]any{ks.freed(), "d1", 1, 1, "a", 1, "a"}, 1, true},
-		{"releasing a gone lease is silent", []string{ks.slots(), ks.tenantSlots("acme")},
+		{"releasing a gone lease is silent", map[string]int64{"d9": far}, release,
 			[]any{ks.freed(), "d1", 1, 1, "a", 1, "a"}, 0, false},
-		{"no announce flag, no message", []string{ks.slots()},
-			[]any{ks.freed(), "d1", 0, 1, "b"}, 1, false},
-		{"many at once", []string{ks.slots(), ks.tenantSlots("acme")},
-			[]any{ks.freed(), "d2", 1, 2, "c", "zz", 1, "b"}, 1, true},
+		{"nobody waiting: no message", nil, release,
+			[]any{ks.freed(), "d1", 1, 1, "b", 1, "b"}, 1, false},
+		{"only itself waiting: no message", map[string]int64{"d1": far}, release,
+			[]any{ks.freed(), "d1", 1, 1, "c", 0}, 1, false},
+		{"an expired waiter does not count", map[string]int64{"d9": gone}, release,
+			[]any{ks.freed(), "d1", 1, 1, "d", 0}, 1, false},
+		{"no announce flag (dequeue), no message", map[string]int64{"d9": far}, release,
+			[]any{ks.freed(), "d1", 0, 1, "e", 0}, 1, false},
+		{"many at once", map[string]int64{"d9": far, "d1": far}, release,
+			[]any{ks.freed(), "d2", 1, 2, "f", "zz", 1, "f"}, 1, true},
 	}
+	seed(t, c, ks.slots(), map[string]int64{"a": far, "b": far, "c": far, "d": far, "e": far, "f": far, "g": far})
+	seed(t, c, ks.tenantSlots("acme"), map[string]int64{"a": far, "b": far, "f": far, "g": far})
 	for _, tc := range tests {
+		c.Del(ctx, ks.waiting())
+		seed(t, c, ks.waiting(), tc.waiting)
 		got, err := removeScript.Run(ctx, c, tc.keys, tc.args...).Int64()
 		if err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
@@ -212,11 +231,11 @@ func TestRemoveScriptPublishesOnlyFreedSlots(t *testing.T) {
 			}
 		}
 	}
-	if n := live(t, c, ks.slots()); n != 0 {
-		t.Errorf("slots left: %d", n)
+	if diff := cmp.Diff([]string{"g"}, members(t, c, ks.slots())); diff != "" {
+		t.Errorf("slots left (-want +got):\n%s", diff)
 	}
-	if n := live(t, c, ks.tenantSlots("acme")); n != 0 {
-		t.Errorf("tenant slots left: %d", n)
+	if diff := cmp.Diff([]string{"g"}, members(t, c, ks.tenantSlots("acme"))); diff != "" {
+		t.Errorf("tenant slots left (-want +got):\n%s", diff)
 	}
 }
 
@@ -286,7 +305,7 @@ func TestRenewScript(t *testing.T) {
 		t.Errorf("big restore: %d live, want %d", n, len(big))
 	}
 	rm := append([]any{"", "", 0, len(big)}, args[4:]...)
-	if n, err := removeScript.Run(ctx, c, []string{ks.tierQueued("free")}, rm...).Int64(); err != nil || n != int64(len(big)) {
+	if n, err := removeScript.Run(ctx, c, []string{ks.waiting(), ks.tierQueued("free")}, rm...).Int64(); err != nil || n != int64(len(big)) {
 		t.Errorf("big remove: %d, %v", n, err)
 	}
 }
