@@ -1,0 +1,119 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sync/atomic"
+	"syscall"
+
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
+
+	"github.com/tiergate/tiergate/dispatcher"
+	"github.com/tiergate/tiergate/dispatcher/queue"
+	"github.com/tiergate/tiergate/dispatcher/server"
+)
+
+func init() {
+	register("dispatcher", "serve the tiered queue in front of a model pool (data and admin ports)", runDispatcher)
+}
+
+func runDispatcher(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("tiergate dispatcher", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	listen := fs.String("listen", ":8080", "data port address (clients)")
+	adminListen := fs.String("admin-listen", ":9090", "admin port address (policy API, healthz, readyz, metrics)")
+	tokenFile := fs.String("admin-token-file", "", "file holding the admin API's bearer token; without it PUT/GET /v1/* answer 401")
+	policyFile := fs.String("policy-file", "", "policy document (JSON or YAML) for standalone use; re-read when it changes")
+	state := fs.String("state", "local", `shared state: "local", or a URL such as redis://host:6379 (fleet mode)`)
+	drainTimeout := fs.Duration("drain-timeout", dispatcher.DefaultDrainTimeout, "on SIGTERM, how long queued requests may still be dispatched before they get 503")
+	maxBody := fs.Int64("max-body-bytes", server.DefaultMaxBodyBytes, "largest request body; larger gets 413")
+	bodyTimeout := fs.Duration("body-timeout", server.DefaultBodyTimeout, "longest time to receive a request body; slower gets 408")
+	verbosity := fs.Int("v", 0, "log verbosity: 0 lifecycle and errors, 1 also per-request failures")
+	logFormat := fs.String("log-format", "json", `log format: "json" or "text"`)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "Usage: tiergate dispatcher [flags]\n\nServes the tiered, ageing, bounded queue in front of a model pool.\n\nFlags:")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "tiergate dispatcher: unexpected arguments %q\n", fs.Args())
+		return 2
+	}
+	log, err := newLogger(stderr, *logFormat, *verbosity)
+	if err != nil {
+		fmt.Fprintln(stderr, "tiergate dispatcher:", err)
+		return 2
+	}
+	log = log.WithName("dispatcher")
+
+	var token []byte
+	if *tokenFile != "" {
+		b, err := os.ReadFile(*tokenFile)
+		if err != nil {
+			log.Error(err, "reading --admin-token-file")
+			return 2
+		}
+		if token = bytes.TrimSpace(b); len(token) == 0 {
+			log.Error(nil, "--admin-token-file is empty", "file", *tokenFile)
+			return 2
+		}
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+
+	// The Gate is opened before the queue exists; kick reaches the queue
+	// once it does.
+	var q atomic.Pointer[queue.Queue]
+	kick := func() {
+		if qq := q.Load(); qq != nil {
+			qq.Kick()
+		}
+	}
+	gate, closer, err := dispatcher.OpenState(ctx, *state, kick, log.WithName("state"))
+	if err != nil {
+		log.Error(err, "opening --state")
+		return 2
+	}
+	if closer != nil {
+		defer closer.Close()
+	}
+	d, err := dispatcher.New(dispatcher.Config{
+		Listen: *listen, AdminListen: *adminListen, AdminToken: token, PolicyFile: *policyFile,
+		DrainTimeout: *drainTimeout, MaxBodyBytes: *maxBody, BodyTimeout: *bodyTimeout, Gate: gate, Log: log,
+	})
+	if err != nil {
+		log.Error(err, "bad configuration")
+		return 2
+	}
+	q.Store(d.Queue())
+	if err := d.ListenAndServe(ctx); err != nil {
+		log.Error(err, "dispatcher failed")
+		return 1
+	}
+	return 0
+}
+
+// newLogger builds the dispatcher's logr.Logger on w.
+func newLogger(w io.Writer, format string, verbosity int) (logr.Logger, error) {
+	opts := funcr.Options{Verbosity: verbosity, LogTimestamp: true, LogCaller: funcr.None}
+	switch format {
+	case "json":
+		return funcr.NewJSON(func(obj string) { fmt.Fprintln(w, obj) }, opts), nil
+	case "text":
+		return funcr.New(func(prefix, args string) { fmt.Fprintln(w, prefix, args) }, opts), nil
+	}
+	return logr.Logger{}, fmt.Errorf("--log-format must be json or text, got %q", format)
+}

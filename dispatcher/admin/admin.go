@@ -1,0 +1,203 @@
+package admin
+
+import (
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/tiergate/tiergate/dispatcher/policy"
+)
+
+// Dispatcher is what the admin port drives.
+type Dispatcher interface {
+	// Apply switches to p, which is valid. It refuses an older version
+	// with an error wrapping policy.ErrStaleVersion.
+	Apply(p *policy.Policy) (policy.Ack, error)
+	// Policy is the applied policy, or nil.
+	Policy() *policy.Policy
+	// Stats is a JSON-encodable snapshot.
+	Stats() any
+	// Ready says whether the data port should get traffic, and if not why.
+	Ready() (bool, string)
+}
+
+// DefaultMaxPolicyBytes bounds a pushed policy.
+const DefaultMaxPolicyBytes = 8 << 20
+
+// Config of the admin handler.
+type Config struct {
+	// Token is the bearer token; empty disables the /v1 endpoints.
+	Token          []byte
+	Gatherer       prometheus.Gatherer
+	MaxPolicyBytes int64
+	Log            logr.Logger
+}
+
+type handler struct {
+	cfg       Config
+	tokenHash [sha256.Size]byte
+	d         Dispatcher
+}
+
+// New returns the admin port's handler.
+func New(cfg Config, d Dispatcher) (http.Handler, error) {
+	if cfg.MaxPolicyBytes == 0 {
+		cfg.MaxPolicyBytes = DefaultMaxPolicyBytes
+	}
+	if cfg.MaxPolicyBytes < 0 {
+		return nil, fmt.Errorf("admin: MaxPolicyBytes must be > 0, got %d", cfg.MaxPolicyBytes)
+	}
+	if cfg.Gatherer == nil {
+		return nil, errors.New("admin: Gatherer is required")
+	}
+	h := &handler{cfg: cfg, d: d, tokenHash: sha256.Sum256(cfg.Token)}
+	mux := http.NewServeMux()
+	mux.Handle("PUT /v1/policy", h.auth(h.putPolicy))
+	mux.Handle("GET /v1/policy", h.auth(h.getPolicy))
+	mux.Handle("GET /v1/stats", h.auth(h.stats))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = io.WriteString(w, "ok\n")
+	})
+	mux.HandleFunc("GET /readyz", h.readyz)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{}))
+	return mux, nil
+}
+
+// Error types of the admin API.
+const (
+	TypeUnauthenticated = "unauthenticated"
+	TypeInvalidPolicy   = "invalid_policy"
+	TypeStaleVersion    = "stale_version"
+	TypeBodyTooLarge    = "body_too_large"
+	TypeNoPolicy        = "no_policy"
+)
+
+// ErrorBody is the admin API's error shape.
+type ErrorBody struct {
+	Error ErrorDetail `json:"error"`
+}
+
+// ErrorDetail is the inner error object.
+type ErrorDetail struct {
+	Type           string              `json:"type"`
+	Message        string              `json:"message"`
+	Errors         []policy.FieldError `json:"errors,omitempty"`
+	CurrentVersion *int64              `json:"current_version,omitempty"`
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		code, b = http.StatusInternalServerError, []byte(`{"error":{"type":"internal","message":"could not encode the answer"}}`)
+	}
+	b = append(b, '\n')
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+	w.WriteHeader(code)
+	_, _ = w.Write(b)
+}
+
+func writeError(w http.ResponseWriter, code int, d ErrorDetail) {
+	writeJSON(w, code, ErrorBody{Error: d})
+}
+
+func (h *handler) auth(next http.HandlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		deny := func(msg string) {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="tiergate-admin"`)
+			writeError(w, http.StatusUnauthorized, ErrorDetail{Type: TypeUnauthenticated, Message: msg})
+		}
+		if len(h.cfg.Token) == 0 {
+			deny("the admin API is disabled: the dispatcher was started without --admin-token-file")
+			return
+		}
+		scheme, tok, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+		if !ok || !strings.EqualFold(scheme, "Bearer") || tok == "" {
+			deny(`missing bearer token; send "Authorization: Bearer <token>"`)
+			return
+		}
+		// Compare hashes so neither the content nor the length leaks.
+		got := sha256.Sum256([]byte(tok))
+		if subtle.ConstantTimeCompare(got[:], h.tokenHash[:]) != 1 {
+			deny("wrong bearer token")
+			return
+		}
+		next(w, r)
+	})
+}
+
+func (h *handler) putPolicy(w http.ResponseWriter, r *http.Request) {
+	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.cfg.MaxPolicyBytes))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			writeError(w, http.StatusRequestEntityTooLarge, ErrorDetail{Type: TypeBodyTooLarge,
+				Message: fmt.Sprintf("the policy is larger than %d bytes", h.cfg.MaxPolicyBytes)})
+			return
+		}
+		writeError(w, http.StatusBadRequest, ErrorDetail{Type: TypeInvalidPolicy, Message: "could not read the body: " + err.Error()})
+		return
+	}
+	p, err := policy.DecodeAndValidate(data)
+	if err != nil {
+		d := ErrorDetail{Type: TypeInvalidPolicy, Message: err.Error() + "; the previous policy stays"}
+		var verrs policy.ValidationErrors
+		if errors.As(err, &verrs) {
+			d.Message = fmt.Sprintf("the policy has %d error(s); the previous policy stays", len(verrs))
+			d.Errors = verrs
+		}
+		h.cfg.Log.Info("refused an invalid policy", "err", err.Error())
+		writeError(w, http.StatusBadRequest, d)
+		return
+	}
+	ack, err := h.d.Apply(p)
+	if err != nil {
+		if errors.Is(err, policy.ErrStaleVersion) {
+			var cur int64
+			if c := h.d.Policy(); c != nil {
+				cur = c.Version
+			}
+			writeError(w, http.StatusConflict, ErrorDetail{Type: TypeStaleVersion,
+				Message:        fmt.Sprintf("policy version %d is older than the applied version %d", p.Version, cur),
+				CurrentVersion: &cur})
+			return
+		}
+		writeError(w, http.StatusInternalServerError, ErrorDetail{Type: "internal", Message: err.Error()})
+		return
+	}
+	writeJSON(w, http.StatusOK, ack)
+}
+
+func (h *handler) getPolicy(w http.ResponseWriter, _ *http.Request) {
+	p := h.d.Policy()
+	if p == nil {
+		writeError(w, http.StatusNotFound, ErrorDetail{Type: TypeNoPolicy, Message: "no policy has been applied yet"})
+		return
+	}
+	writeJSON(w, http.StatusOK, p)
+}
+
+func (h *handler) stats(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, h.d.Stats())
+}
+
+func (h *handler) readyz(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	if ok, why := h.d.Ready(); !ok {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = io.WriteString(w, why+"\n")
+		return
+	}
+	_, _ = io.WriteString(w, "ok\n")
+}

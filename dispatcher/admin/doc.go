@@ -1,0 +1,18 @@
+// Package admin is the dispatcher's admin port (DESIGN.md sections 6 and 7):
+//
+//	PUT /v1/policy   apply a Policy (bearer token); 200 + policy.Ack,
+//	                 400 invalid (old policy stays), 409 older version,
+//	                 413 too large, 401 no or wrong token
+//	GET /v1/policy   the applied Policy (bearer token); 404 before the first
+//	GET /v1/stats    queue, balancer and data-path statistics (bearer token)
+//	GET /healthz     200 while the process runs
+//	GET /readyz      200 only with a policy and not draining, else 503
+//	GET /metrics     Prometheus
+//
+// Errors use {"error":{"type":"…","message":"…"}}, plus "errors" (a list
+// of {field, message}) for an invalid policy and "current_version" for a
+// stale one.
+//
+// Concurrency: the handler is stateless apart from the token, which is
+// immutable; the Dispatcher it drives must be safe for concurrent use.
+package admin

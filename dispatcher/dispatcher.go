@@ -1,0 +1,349 @@
+package dispatcher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"k8s.io/utils/clock"
+
+	"github.com/tiergate/tiergate/dispatcher/admin"
+	"github.com/tiergate/tiergate/dispatcher/balancer"
+	"github.com/tiergate/tiergate/dispatcher/metrics"
+	"github.com/tiergate/tiergate/dispatcher/policy"
+	"github.com/tiergate/tiergate/dispatcher/queue"
+	"github.com/tiergate/tiergate/dispatcher/server"
+)
+
+// DefaultDrainTimeout is the default of Config.DrainTimeout.
+const DefaultDrainTimeout = 30 * time.Second
+
+// Config of a dispatcher. Zero fields take the defaults below.
+type Config struct {
+	Listen      string // data port, default ":8080"
+	AdminListen string // admin port, default ":9090"
+	// AdminToken is the admin API's bearer token; empty disables /v1/*.
+	AdminToken []byte
+	// PolicyFile, when set, is loaded at start and re-read when it changes.
+	PolicyFile         string
+	PolicyPollInterval time.Duration // default 1s
+	// DrainTimeout is how long queued requests may still be dispatched
+	// after shutdown starts (default 30s).
+	DrainTimeout time.Duration
+	MaxBodyBytes int64         // default 4 MiB
+	BodyTimeout  time.Duration // default 30s
+	// Server timeouts against slow clients. WriteTimeout is not set: a
+	// streamed generation may legitimately take minutes.
+	ReadHeaderTimeout time.Duration // default 10s
+	IdleTimeout       time.Duration // default 120s
+	MaxHeaderBytes    int           // default 64 KiB
+	// Gate shares counts across a fleet; nil is local mode.
+	Gate queue.Gate
+	// Transport reaches the backends; nil is server.NewTransport().
+	Transport http.RoundTripper
+	Clock     clock.WithDelayedExecution // default the real clock
+	// Registry receives the metrics; nil makes one with the Go and process
+	// collectors.
+	Registry *prometheus.Registry
+	Log      logr.Logger
+}
+
+func (c *Config) defaults() {
+	if c.Listen == "" {
+		c.Listen = ":8080"
+	}
+	if c.AdminListen == "" {
+		c.AdminListen = ":9090"
+	}
+	if c.PolicyPollInterval == 0 {
+		c.PolicyPollInterval = time.Second
+	}
+	if c.DrainTimeout == 0 {
+		c.DrainTimeout = DefaultDrainTimeout
+	}
+	if c.MaxBodyBytes == 0 {
+		c.MaxBodyBytes = server.DefaultMaxBodyBytes
+	}
+	if c.BodyTimeout == 0 {
+		c.BodyTimeout = server.DefaultBodyTimeout
+	}
+	if c.ReadHeaderTimeout == 0 {
+		c.ReadHeaderTimeout = 10 * time.Second
+	}
+	if c.IdleTimeout == 0 {
+		c.IdleTimeout = 120 * time.Second
+	}
+	if c.MaxHeaderBytes == 0 {
+		c.MaxHeaderBytes = 64 << 10
+	}
+	if c.Clock == nil {
+		c.Clock = clock.RealClock{}
+	}
+	if c.Registry == nil {
+		c.Registry = prometheus.NewRegistry()
+		c.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	}
+}
+
+func (c *Config) validate() error {
+	var errs []error
+	if c.PolicyPollInterval < 0 {
+		errs = append(errs, fmt.Errorf("policy poll interval must be > 0, got %s", c.PolicyPollInterval))
+	}
+	if c.DrainTimeout < 0 {
+		errs = append(errs, fmt.Errorf("--drain-timeout must be >= 0, got %s", c.DrainTimeout))
+	}
+	if c.MaxBodyBytes < 0 {
+		errs = append(errs, fmt.Errorf("--max-body-bytes must be > 0, got %d", c.MaxBodyBytes))
+	}
+	if c.BodyTimeout < 0 || c.ReadHeaderTimeout < 0 || c.IdleTimeout < 0 {
+		errs = append(errs, errors.New("server timeouts must be > 0"))
+	}
+	return errors.Join(errs...)
+}
+
+// PolicyObserver is implemented by a Gate that needs each applied policy
+// (for example to learn its pool name).
+type PolicyObserver interface {
+	ObservePolicy(p *policy.Policy)
+}
+
+// Dispatcher is one dispatcher process's state.
+type Dispatcher struct {
+	cfg   Config
+	q     *queue.Queue
+	bal   *balancer.Balancer
+	m     *metrics.Metrics
+	srv   *server.Server
+	admin http.Handler
+
+	mu  sync.Mutex // serialises Apply
+	pol atomic.Pointer[policy.Policy]
+}
+
+// New builds a dispatcher; it serves nothing until Serve.
+func New(cfg Config) (*Dispatcher, error) {
+	cfg.defaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	d := &Dispatcher{cfg: cfg, bal: balancer.New()}
+	var opts []queue.Option
+	if cfg.Gate != nil {
+		opts = append(opts, queue.WithGate(cfg.Gate))
+	}
+	d.q = queue.New(cfg.Clock, opts...)
+	m, err := metrics.New(cfg.Registry, d.levels)
+	if err != nil {
+		return nil, err
+	}
+	d.m = m
+	d.srv, err = server.New(server.Config{
+		MaxBodyBytes: cfg.MaxBodyBytes, BodyTimeout: cfg.BodyTimeout, Transport: cfg.Transport, Log: cfg.Log.WithName("data"),
+	}, d.q, d.bal, d.m)
+	if err != nil {
+		return nil, err
+	}
+	d.admin, err = admin.New(admin.Config{Token: cfg.AdminToken, Gatherer: cfg.Registry, Log: cfg.Log.WithName("admin")}, d)
+	if err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// Queue is the dispatcher's queue (for a fleet-mode Gate's Kick).
+func (d *Dispatcher) Queue() *queue.Queue { return d.q }
+
+// DataHandler serves the data port.
+func (d *Dispatcher) DataHandler() http.Handler { return d.srv }
+
+// AdminHandler serves the admin port.
+func (d *Dispatcher) AdminHandler() http.Handler { return d.admin }
+
+// Apply switches to p, which must be valid. An older version than the
+// applied one is refused with policy.ErrStaleVersion; the same version is
+// re-applied (a resync).
+func (d *Dispatcher) Apply(p *policy.Policy) (policy.Ack, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if cur := d.pol.Load(); cur != nil {
+		if err := policy.CheckVersion(cur.Version, p.Version); err != nil {
+			return policy.Ack{}, err
+		}
+	}
+	d.bal.Update(p.Backends)
+	d.q.UpdatePolicy(p)
+	d.srv.SetPolicy(p)
+	tiers := make([]string, len(p.Tiers))
+	for i, t := range p.Tiers {
+		tiers[i] = t.Name
+	}
+	d.m.SetTiers(p.Pool, tiers)
+	if o, ok := d.cfg.Gate.(PolicyObserver); ok {
+		o.ObservePolicy(p)
+	}
+	d.pol.Store(p)
+	d.cfg.Log.Info("applied policy", "version", p.Version, "pool", p.Pool, "slots", p.Slots, "tiers", len(p.Tiers), "tenants", len(p.Tenants), "backends", len(p.Backends))
+	return policy.Ack{Version: p.Version, Stats: d.q.Stats().Measured()}, nil
+}
+
+// Policy is the applied policy, or nil.
+func (d *Dispatcher) Policy() *policy.Policy { return d.pol.Load() }
+
+// Stats is what GET /v1/stats returns.
+type Stats struct {
+	Queue    queue.Stats     `json:"queue"`
+	Backends []balancer.Load `json:"backends"`
+	// Active counts requests inside the data path (queued or in flight).
+	Active   int64 `json:"active"`
+	Draining bool  `json:"draining"`
+}
+
+// Stats snapshots the dispatcher.
+func (d *Dispatcher) Stats() any {
+	return Stats{Queue: d.q.Stats(), Backends: d.bal.Snapshot(), Active: d.srv.Active(), Draining: d.srv.Draining()}
+}
+
+// Ready is true with a policy and not draining.
+func (d *Dispatcher) Ready() (bool, string) {
+	switch {
+	case d.srv.Draining():
+		return false, "draining"
+	case d.pol.Load() == nil:
+		return false, "no policy yet"
+	}
+	return true, ""
+}
+
+// levels feeds the scrape-time metrics.
+func (d *Dispatcher) levels() metrics.Snapshot {
+	p := d.pol.Load()
+	if p == nil {
+		return metrics.Snapshot{}
+	}
+	st := d.q.Stats()
+	s := metrics.Snapshot{
+		Pool: p.Pool, Slots: st.Slots, InFlight: st.InFlight, PolicyVersion: st.PolicyVersion,
+		Tiers:    make(map[string]metrics.TierLevel, len(st.Tiers)),
+		Backends: map[string]int64{},
+	}
+	for name, t := range st.Tiers {
+		s.Tiers[name] = metrics.TierLevel{Queued: t.Queued, Bound: t.Bound, OldestAge: t.OldestAge}
+	}
+	for _, l := range d.bal.Snapshot() {
+		s.Backends[l.Address] = l.Outstanding
+	}
+	return s
+}
+
+// Run listens on the configured addresses and serves until ctx ends, then
+// drains. It returns nil after a clean drain.
+func Run(ctx context.Context, cfg Config) error {
+	d, err := New(cfg)
+	if err != nil {
+		return err
+	}
+	return d.ListenAndServe(ctx)
+}
+
+// ListenAndServe listens on Config.Listen and Config.AdminListen and calls
+// Serve.
+func (d *Dispatcher) ListenAndServe(ctx context.Context) error {
+	data, err := net.Listen("tcp", d.cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("data port: %w", err)
+	}
+	adm, err := net.Listen("tcp", d.cfg.AdminListen)
+	if err != nil {
+		data.Close()
+		return fmt.Errorf("admin port: %w", err)
+	}
+	return d.Serve(ctx, data, adm)
+}
+
+// Serve serves the data port on data and the admin port on adm until ctx
+// ends, then drains (see the package doc). It closes both listeners.
+func (d *Dispatcher) Serve(ctx context.Context, data, adm net.Listener) error {
+	log := d.cfg.Log
+	if d.cfg.PolicyFile != "" {
+		if err := d.loadFile(nil); err != nil {
+			data.Close()
+			adm.Close()
+			return err
+		}
+	}
+	dataSrv := &http.Server{
+		Handler: d.srv, ReadHeaderTimeout: d.cfg.ReadHeaderTimeout, IdleTimeout: d.cfg.IdleTimeout,
+		MaxHeaderBytes: d.cfg.MaxHeaderBytes, ErrorLog: newStdLogger(log.WithName("http").V(1)),
+	}
+	adminSrv := &http.Server{
+		Handler: d.admin, ReadHeaderTimeout: d.cfg.ReadHeaderTimeout, ReadTimeout: time.Minute,
+		WriteTimeout: time.Minute, IdleTimeout: d.cfg.IdleTimeout, MaxHeaderBytes: d.cfg.MaxHeaderBytes,
+		ErrorLog: newStdLogger(log.WithName("http").V(1)),
+	}
+	errc := make(chan error, 2)
+	go func() { errc <- serve(dataSrv, data) }()
+	go func() { errc <- serve(adminSrv, adm) }()
+	log.Info("serving", "data", data.Addr().String(), "admin", adm.Addr().String())
+
+	watchCtx, stopWatch := context.WithCancel(context.Background())
+	var watchDone sync.WaitGroup
+	if d.cfg.PolicyFile != "" {
+		watchDone.Add(1)
+		go func() { defer watchDone.Done(); d.watchFile(watchCtx) }()
+	}
+
+	var serveErr error
+	select {
+	case <-ctx.Done():
+	case serveErr = <-errc:
+		log.Error(serveErr, "server failed; shutting down")
+	}
+	stopWatch()
+	watchDone.Wait()
+	d.drain()
+
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = dataSrv.Shutdown(sctx)
+	_ = adminSrv.Shutdown(sctx)
+	if serveErr != nil {
+		return serveErr
+	}
+	return nil
+}
+
+func serve(s *http.Server, ln net.Listener) error {
+	if err := s.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// drain runs the shutdown sequence up to the point where no request is
+// left inside the data path.
+func (d *Dispatcher) drain() {
+	log := d.cfg.Log
+	start := time.Now()
+	d.srv.StartDrain()
+	d.q.Drain()
+	log.Info("draining", "queued", d.q.Stats().Queued, "timeout", d.cfg.DrainTimeout.String())
+	t := time.NewTimer(d.cfg.DrainTimeout)
+	select {
+	case <-d.q.Idle():
+	case <-t.C:
+		log.Info("drain timeout: refusing the requests still queued", "queued", d.q.Stats().Queued)
+	}
+	t.Stop()
+	d.q.FlushQueued()
+	_ = d.srv.WaitIdle(context.Background())
+	log.Info("drained", "took", time.Since(start).String())
+}
