@@ -75,3 +75,5 @@ type testErr string
 func (e testErr) Error() string { return string(e) }
 
 const errStillQueued = testErr("still queued")
+
+type policyTenant = policy.Tenant

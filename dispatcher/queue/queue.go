@@ -96,7 +96,7 @@ type job struct {
 	prev, next   *job // tenant FIFO
 	tprev, tnext *job // tier arrival list
 
-	ch      chan struct{} // wake-up token for Wait, capacity 1
+	ch      chan struct{} // wake-up token for Wait, capacity 1; made by the first Wait that parks
 	waiters int
 }
 
@@ -173,6 +173,7 @@ type Queue struct {
 	serviceTime    float64 // ns, EWMA
 	completed      uint64
 	doubleReleases uint64
+	totals         Totals
 }
 
 // New returns an empty queue that admits nothing until UpdatePolicy. It
@@ -461,7 +462,7 @@ func (q *Queue) newJob() *job {
 		q.freeJobs = q.freeJobs[:n-1]
 		return j
 	}
-	return &job{ch: make(chan struct{}, 1)}
+	return &job{}
 }
 
 // recycle returns j to the free list once its handle has ended and no
@@ -471,11 +472,13 @@ func (q *Queue) recycle(j *job) {
 		return
 	}
 	j.h.j = nil
-	select { // drop a token nobody took
-	case <-j.ch:
-	default:
-	}
 	ch := j.ch
+	if ch != nil {
+		select { // drop a token nobody took
+		case <-ch:
+		default:
+		}
+	}
 	*j = job{ch: ch}
 	if len(q.freeJobs) < q.cfg.freeMax {
 		q.freeJobs = append(q.freeJobs, j)
@@ -532,6 +535,7 @@ func (q *Queue) Admit(tenantID, tierName string) (*Handle, error) {
 		h := &Handle{q: q, j: j, tenant: tenantID, tier: tierName, state: stDispatched}
 		j.h, j.ts, j.tr, j.enq, j.seq = h, ts, tr, now, q.seq
 		q.seq++
+		q.totals.Admitted++
 		q.startJob(j, now)
 		return h, nil
 	}
@@ -571,6 +575,7 @@ func (q *Queue) Admit(tenantID, tierName string) (*Handle, error) {
 	tr.queued++
 	q.queued++
 	h.position = tr.queued
+	q.totals.Admitted++
 	q.fixTenant(ts)
 	q.armTimer(now)
 	q.dispatchLocked(now)
@@ -640,6 +645,7 @@ func (q *Queue) drainRate(tr *tierState, now int64) (float64, bool) {
 
 func (q *Queue) noteDispatch(tr *tierState, now int64) {
 	tr.dispatched++
+	q.totals.Dispatched++
 	if !tr.everDispatch {
 		tr.everDispatch = true
 		tr.firstDispatch = now
@@ -732,10 +738,13 @@ func (q *Queue) endQueued(j *job, state uint8, err error, now int64) {
 	switch state {
 	case stAbandoned:
 		tr.abandoned++
+		q.totals.Abandoned++
 	case stExpired:
 		tr.expired++
+		q.totals.Expired++
 	case stDrained:
 		tr.drained++
+		q.totals.Drained++
 	}
 	h := j.h
 	h.state = state
@@ -792,6 +801,13 @@ func (q *Queue) armTimer(now int64) {
 		// call the clock under q.mu: take q.mu on another goroutine.
 		q.timer = q.clk.AfterFunc(d, func() { go q.onTimer() })
 	} else {
+		// A FakeClock's timer sends on its channel when it fires and blocks
+		// the clock on the next firing if nobody drained it; a real
+		// AfterFunc timer has no channel.
+		select {
+		case <-q.timer.C():
+		default:
+		}
 		q.timer.Reset(d)
 	}
 	q.timerArmed = true
@@ -899,6 +915,9 @@ func (h *Handle) Wait(ctx context.Context) error {
 	defer q.mu.Unlock()
 	for h.state == stQueued {
 		j := h.j
+		if j.ch == nil {
+			j.ch = make(chan struct{}, 1)
+		}
 		j.waiters++
 		q.mu.Unlock()
 		cancelled := false

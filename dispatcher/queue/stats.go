@@ -20,6 +20,16 @@ type Stats struct {
 	PolicyVersion  int64
 	// Draining is true once Drain was called.
 	Draining bool
+	// Totals count every job since New, across all tiers ever seen.
+	Totals Totals
+}
+
+// Totals are the queue's lifetime job counts. Every admitted job ends
+// exactly once, so once nothing is queued or in flight:
+// Admitted == Dispatched + Abandoned + Expired + Drained, and
+// Completed == Dispatched.
+type Totals struct {
+	Admitted, Dispatched, Abandoned, Expired, Drained uint64
 }
 
 // TierStats is one tier's part of Stats. A tier removed from the policy
@@ -50,6 +60,7 @@ func (q *Queue) Stats() Stats {
 		Completed:      q.completed,
 		DoubleReleases: q.doubleReleases,
 		Draining:       q.draining,
+		Totals:         q.totals,
 	}
 	if q.completed > 0 {
 		s.ServiceTime = time.Duration(q.serviceTime)
