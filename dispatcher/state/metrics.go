@@ -84,8 +84,12 @@ func newMetrics(g *Redis) *metrics {
 	return m
 }
 
+func (m *metrics) collectors() []prometheus.Collector {
+	return append([]prometheus.Collector{m.ops, m.errors, m.wakeups, m.restored}, m.funcs...)
+}
+
 func (m *metrics) register(r prometheus.Registerer) error {
-	for _, c := range append([]prometheus.Collector{m.ops, m.errors, m.wakeups, m.restored}, m.funcs...) {
+	for _, c := range m.collectors() {
 		if err := r.Register(c); err != nil {
 			return err
 		}
