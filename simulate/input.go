@@ -1,0 +1,362 @@
+package simulate
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	kjson "sigs.k8s.io/json"
+	"sigs.k8s.io/yaml"
+
+	"github.com/tiergate/tiergate/api/v1alpha1"
+	"github.com/tiergate/tiergate/controllers"
+)
+
+// Sentinel errors of the input stage, matched with errors.Is.
+var (
+	ErrUnknownKind  = errors.New("unknown kind")
+	ErrUnknownField = errors.New("unknown field")
+	ErrMissingLoad  = errors.New("no Load document")
+	ErrMissingPool  = errors.New("no ModelPool document")
+	ErrDuplicate    = errors.New("duplicate document")
+	ErrInvalid      = errors.New("invalid")
+	ErrSyntax       = errors.New("malformed document")
+)
+
+// Source is one input file.
+type Source struct {
+	Name string
+	Data []byte
+}
+
+// Input is everything a run needs: the objects the controller would see
+// (already defaulted the way the API server defaults them) and the Load.
+type Input struct {
+	Pool   *v1alpha1.ModelPool
+	Tiers  []v1alpha1.ServiceTier
+	Quotas []v1alpha1.TenantQuota
+	Load   *Load
+	// Warnings are things that are legal but probably not meant, such as a
+	// tier of another pool that is ignored.
+	Warnings []string
+}
+
+// ReadFiles reads and decodes the named files.
+func ReadFiles(paths ...string) (*Input, error) {
+	srcs := make([]Source, 0, len(paths))
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return nil, err
+		}
+		srcs = append(srcs, Source{Name: p, Data: b})
+	}
+	return Read(srcs...)
+}
+
+// decoder is the scheme's strict deserializer: the same Go types and the
+// same unknown-field refusal the API server applies to these kinds.
+var decoder = func() runtime.Decoder {
+	s := runtime.NewScheme()
+	if err := v1alpha1.AddToScheme(s); err != nil {
+		panic(err)
+	}
+	return serializer.NewCodecFactory(s, serializer.EnableStrict).UniversalDeserializer()
+}()
+
+// Read decodes every document of every source. Documents are separated by
+// "---"; empty ones are skipped.
+func Read(srcs ...Source) (*Input, error) {
+	in := &Input{}
+	var pools []*v1alpha1.ModelPool
+	var loadAt string
+	for _, src := range srcs {
+		r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(src.Data)))
+		for n := 1; ; n++ {
+			doc, err := r.Read()
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w: %v", src.Name, ErrSyntax, err)
+			}
+			where := fmt.Sprintf("%s: document %d", src.Name, n)
+			js, err := yaml.YAMLToJSON(doc)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w: %v", where, ErrSyntax, err)
+			}
+			js = bytes.TrimSpace(js)
+			if string(js) == "null" || string(js) == "{}" {
+				n-- // a comment-only or empty document is not counted
+				continue
+			}
+			var tm struct {
+				APIVersion string `json:"apiVersion"`
+				Kind       string `json:"kind"`
+				Metadata   struct {
+					Name string `json:"name"`
+				} `json:"metadata"`
+			}
+			if err := json.Unmarshal(js, &tm); err != nil {
+				return nil, fmt.Errorf("%s: %w: %v", where, ErrSyntax, err)
+			}
+			switch tm.Kind {
+			case "ModelPool", "ServiceTier", "TenantQuota", KindLoad:
+			default:
+				return nil, fmt.Errorf("%s: %w %q (want ModelPool, ServiceTier, TenantQuota or Load)", where, ErrUnknownKind, tm.Kind)
+			}
+			if tm.APIVersion != v1alpha1.GroupVersion.String() {
+				return nil, fmt.Errorf("%s (%s): %w: apiVersion %q (want %q)", where, tm.Kind, ErrInvalid, tm.APIVersion, v1alpha1.GroupVersion.String())
+			}
+			if tm.Kind == KindLoad {
+				where += " (Load)"
+			} else {
+				where += fmt.Sprintf(" (%s %q)", tm.Kind, tm.Metadata.Name)
+			}
+
+			if tm.Kind == KindLoad {
+				if loadAt != "" {
+					return nil, fmt.Errorf("%s: %w: a second Load (the first is %s)", where, ErrDuplicate, loadAt)
+				}
+				l := &Load{}
+				strict, err := kjson.UnmarshalStrict(js, l)
+				if err != nil {
+					return nil, fmt.Errorf("%s: %w: %v", where, ErrSyntax, err)
+				}
+				if err := firstStrict(strict); err != nil {
+					return nil, fmt.Errorf("%s: %w", where, err)
+				}
+				if err := l.Spec.validate(); err != nil {
+					return nil, fmt.Errorf("%s: %w", where, err)
+				}
+				in.Load, loadAt = l, where
+				continue
+			}
+
+			obj, _, err := decoder.Decode(js, nil, nil)
+			if err != nil {
+				if runtime.IsStrictDecodingError(err) {
+					var sde interface{ Errors() []error }
+					if errors.As(err, &sde) {
+						return nil, fmt.Errorf("%s: %w", where, firstStrict(sde.Errors()))
+					}
+				}
+				return nil, fmt.Errorf("%s: %w: %v", where, ErrSyntax, err)
+			}
+			if tm.Metadata.Name == "" {
+				return nil, fmt.Errorf("%s: %w: metadata.name is required", where, ErrInvalid)
+			}
+			var raw map[string]any
+			_ = json.Unmarshal(js, &raw)
+			switch o := obj.(type) {
+			case *v1alpha1.ModelPool:
+				if err := defaultPool(o, raw); err != nil {
+					return nil, fmt.Errorf("%s: %w", where, err)
+				}
+				pools = append(pools, o)
+			case *v1alpha1.ServiceTier:
+				defaultNamespace(&o.ObjectMeta)
+				if err := validateTier(o); err != nil {
+					return nil, fmt.Errorf("%s: %w", where, err)
+				}
+				in.Tiers = append(in.Tiers, *o)
+			case *v1alpha1.TenantQuota:
+				defaultNamespace(&o.ObjectMeta)
+				if err := validateQuota(o); err != nil {
+					return nil, fmt.Errorf("%s: %w", where, err)
+				}
+				in.Quotas = append(in.Quotas, *o)
+			}
+		}
+	}
+	switch {
+	case len(pools) == 0:
+		return nil, fmt.Errorf("%w: pass the pool with -f (kind: ModelPool)", ErrMissingPool)
+	case len(pools) > 1:
+		return nil, fmt.Errorf("%w: %d ModelPools; simulate one pool at a time", ErrDuplicate, len(pools))
+	case in.Load == nil:
+		return nil, fmt.Errorf("%w: pass one with -f (kind: Load)", ErrMissingLoad)
+	}
+	in.Pool = pools[0]
+	return in, in.resolve()
+}
+
+// firstStrict turns a strict-decoding error list into one error. The
+// messages come from sigs.k8s.io/json, as the API server's do: `unknown
+// field "spec.foo"`.
+func firstStrict(errs []error) error {
+	if len(errs) == 0 {
+		return nil
+	}
+	msgs := make([]string, len(errs))
+	for i, e := range errs {
+		msgs[i] = e.Error()
+	}
+	m := strings.Join(msgs, ", ")
+	if strings.HasPrefix(m, "unknown field ") {
+		return fmt.Errorf("%w %s", ErrUnknownField, strings.TrimPrefix(m, "unknown field "))
+	}
+	return fmt.Errorf("%w: %s", ErrInvalid, m)
+}
+
+func defaultNamespace(m *metav1.ObjectMeta) {
+	if m.Namespace == "" {
+		m.Namespace = "default"
+	}
+}
+
+// defaultPool applies the CRD's schema defaults (the API server would) and
+// the validation rules the simulation depends on, with the CRD's messages.
+// raw tells an absent field from an empty one, as structural defaulting
+// does.
+func defaultPool(p *v1alpha1.ModelPool, raw map[string]any) error {
+	defaultNamespace(&p.ObjectMeta)
+	spec, _ := raw["spec"].(map[string]any)
+	s := &p.Spec
+	if _, set := spec["ageing"]; !set {
+		s.Ageing.Rate = &metav1.Duration{Duration: controllers.DefaultAgeingRate}
+	}
+	if s.Authentication.Mode == "" {
+		s.Authentication.Mode = v1alpha1.AuthTrustedHeader
+	}
+	if s.Authentication.HeaderName == "" {
+		s.Authentication.HeaderName = "X-Tenant-ID"
+	}
+	if s.SharedState == "" {
+		s.SharedState = v1alpha1.SharedStateLocal
+	}
+	if s.ServiceTime.Source == "" {
+		s.ServiceTime.Source = v1alpha1.ServiceTimeDeclared
+	}
+	if s.Backend.Scheme == "" {
+		s.Backend.Scheme = "http"
+	}
+	if s.Dispatchers.AdminPort == 0 {
+		s.Dispatchers.AdminPort = 9090
+	}
+
+	var errs []string
+	if s.ConcurrencyPerReplica < 1 {
+		errs = append(errs, fmt.Sprintf("spec.concurrencyPerReplica: must be at least 1, got %d", s.ConcurrencyPerReplica))
+	}
+	if s.ServiceTime.Mean.Duration <= 0 {
+		errs = append(errs, "spec.serviceTime.mean: serviceTime.mean must be greater than 0")
+	}
+	if s.ClientTimeout != nil && s.ClientTimeout.Duration < time.Second {
+		errs = append(errs, "spec: clientTimeout must be at least 1s")
+	}
+	a := s.Ageing
+	if (a.Rate == nil) == (a.StarvationBound == nil) {
+		errs = append(errs, "spec.ageing: ageing must set exactly one of rate and starvationBound")
+	}
+	if a.Rate != nil && a.Rate.Duration <= 0 {
+		errs = append(errs, "spec.ageing.rate: ageing.rate must be greater than 0")
+	}
+	if a.StarvationBound != nil && a.StarvationBound.Duration <= 0 {
+		errs = append(errs, "spec.ageing.starvationBound: ageing.starvationBound must be greater than 0")
+	}
+	switch s.Authentication.Mode {
+	case v1alpha1.AuthTrustedHeader, v1alpha1.AuthAPIKey:
+	default:
+		errs = append(errs, fmt.Sprintf("spec.authentication.mode: Unsupported value: %q: supported values: \"TrustedHeader\", \"APIKey\"", s.Authentication.Mode))
+	}
+	switch s.SharedState {
+	case v1alpha1.SharedStateLocal, v1alpha1.SharedStateRedis:
+	default:
+		errs = append(errs, fmt.Sprintf("spec.sharedState: Unsupported value: %q: supported values: \"Local\", \"Redis\"", s.SharedState))
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("%w: %s", ErrInvalid, strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+func validateTier(t *v1alpha1.ServiceTier) error {
+	var errs []string
+	s := &t.Spec
+	if s.PoolRef.Name == "" {
+		errs = append(errs, "spec.poolRef.name: Required value")
+	}
+	if s.BasePriority < 0 || s.BasePriority > 1000000 {
+		errs = append(errs, fmt.Sprintf("spec.basePriority: must be in [0, 1000000], got %d", s.BasePriority))
+	}
+	if s.TolerableWait.Duration <= 0 {
+		errs = append(errs, "spec.tolerableWait: tolerableWait must be greater than 0")
+	}
+	if s.TenantShare.Sign() <= 0 || s.TenantShare.Cmp(oneQuantity) > 0 {
+		errs = append(errs, "spec.tenantShare: tenantShare must be greater than 0 and at most 1")
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("%w: %s", ErrInvalid, strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+func validateQuota(q *v1alpha1.TenantQuota) error {
+	var errs []string
+	if q.Spec.Tenant == "" {
+		errs = append(errs, "spec.tenant: Required value")
+	}
+	if q.Spec.TierRef.Name == "" {
+		errs = append(errs, "spec.tierRef.name: Required value")
+	}
+	if q.Spec.MaxConcurrency != nil && *q.Spec.MaxConcurrency < 1 {
+		errs = append(errs, fmt.Sprintf("spec.maxConcurrency: must be at least 1, got %d", *q.Spec.MaxConcurrency))
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("%w: %s", ErrInvalid, strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+var oneQuantity = resource.MustParse("1")
+
+// resolve keeps the tiers and quotas of the pool, as the controller's
+// watches would, and says what it left out.
+func (in *Input) resolve() error {
+	p := in.Pool
+	var tiers []v1alpha1.ServiceTier
+	names := map[string]bool{}
+	for _, t := range in.Tiers {
+		if t.Namespace != p.Namespace || t.Spec.PoolRef.Name != p.Name {
+			in.Warnings = append(in.Warnings, fmt.Sprintf("ServiceTier %s/%s belongs to pool %s/%s, not %s/%s: ignored",
+				t.Namespace, t.Name, t.Namespace, t.Spec.PoolRef.Name, p.Namespace, p.Name))
+			continue
+		}
+		if names[t.Name] {
+			return fmt.Errorf("%w: ServiceTier %s/%s given twice", ErrDuplicate, t.Namespace, t.Name)
+		}
+		names[t.Name] = true
+		tiers = append(tiers, t)
+	}
+	if len(tiers) == 0 {
+		return fmt.Errorf("%w: pool %s/%s has no ServiceTier (pass them with -f, kind: ServiceTier, spec.poolRef.name: %s)", ErrInvalid, p.Namespace, p.Name, p.Name)
+	}
+	in.Tiers = tiers
+	var quotas []v1alpha1.TenantQuota
+	qnames := map[string]bool{}
+	for _, q := range in.Quotas {
+		if q.Namespace != p.Namespace {
+			in.Warnings = append(in.Warnings, fmt.Sprintf("TenantQuota %s/%s is not in namespace %s: ignored", q.Namespace, q.Name, p.Namespace))
+			continue
+		}
+		if qnames[q.Name] {
+			return fmt.Errorf("%w: TenantQuota %s/%s given twice", ErrDuplicate, q.Namespace, q.Name)
+		}
+		qnames[q.Name] = true
+		quotas = append(quotas, q)
+	}
+	in.Quotas = quotas
+	return nil
+}

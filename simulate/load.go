@@ -1,0 +1,256 @@
+package simulate
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// KindLoad is the kind of the simulator's own document. It shares the
+// tiergate.dev/v1alpha1 apiVersion with the CRDs so that one file may hold
+// all of them, but it is never applied to a cluster.
+const KindLoad = "Load"
+
+// Service-time distributions.
+const (
+	DistConstant    = "constant"
+	DistExponential = "exponential"
+	DistLognormal   = "lognormal"
+)
+
+// Arrival processes.
+const (
+	ProcPoisson  = "poisson"
+	ProcConstant = "constant"
+	ProcClosed   = "closed"
+	ProcBurst    = "burst"
+)
+
+// defaultMaxRetries mirrors the OpenAI clients' default of two retries.
+const defaultMaxRetries = 2
+
+// Load is the traffic to simulate against the pool.
+type Load struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+	Spec              LoadSpec `json:"spec"`
+}
+
+// LoadSpec is the body of a Load document.
+type LoadSpec struct {
+	// Replicas is the number of ready replicas at the start.
+	Replicas int32 `json:"replicas"`
+	// ReplicaChanges are an autoscaler's moves: at that time the pool has
+	// that many ready replicas and the bounds are recomputed.
+	ReplicaChanges []ReplicaChange `json:"replicaChanges,omitempty"`
+	// Duration is the simulated time, warm-up included.
+	Duration metav1.Duration `json:"duration"`
+	// Warmup is excluded from every figure.
+	Warmup metav1.Duration `json:"warmup,omitempty"`
+	// Seed makes the run reproducible; --seed overrides it.
+	Seed uint64 `json:"seed,omitempty"`
+	// ServiceTime is how long a dispatched request holds its slot. Omitted,
+	// it is exponential with the pool's declared mean.
+	ServiceTime *ServiceTimeSpec `json:"serviceTime,omitempty"`
+	// Tenants and their traffic.
+	Tenants []TenantLoad `json:"tenants"`
+}
+
+// ReplicaChange sets the ready replica count at a time.
+type ReplicaChange struct {
+	At       metav1.Duration `json:"at"`
+	Replicas int32           `json:"replicas"`
+}
+
+// ServiceTimeSpec is a service-time distribution.
+type ServiceTimeSpec struct {
+	// Distribution is constant, exponential or lognormal.
+	Distribution string `json:"distribution"`
+	// Mean; omitted, the pool's declared serviceTime.mean.
+	Mean *metav1.Duration `json:"mean,omitempty"`
+	// Stddev is required for lognormal and refused otherwise.
+	Stddev *metav1.Duration `json:"stddev,omitempty"`
+}
+
+// TenantLoad is one tenant's traffic.
+type TenantLoad struct {
+	// Tenant is matched to TenantQuotas; others get the pool's defaultTier.
+	Tenant  string  `json:"tenant"`
+	Arrival Arrival `json:"arrival"`
+	// Timeout is how long the client waits for its answer (queue wait plus
+	// service) before it gives up; 0 waits for ever.
+	Timeout metav1.Duration `json:"timeout,omitempty"`
+	// RetryOn429 retries refused requests after Retry-After.
+	RetryOn429 bool `json:"retryOn429,omitempty"`
+	// MaxRetries bounds the retries of one request (default 2).
+	MaxRetries *int32 `json:"maxRetries,omitempty"`
+}
+
+// Arrival is a tenant's arrival process. Which fields apply depends on
+// Process:
+//   - poisson: rate (requests/s, exponential gaps);
+//   - constant: rate (evenly spaced, random phase);
+//   - closed: clients, each sending one request, waiting for its outcome,
+//     thinking (exponential, mean think) and sending the next;
+//   - burst: count requests at time at, spread evenly over spread (0: all at
+//     the same instant), repeated every every (0: once).
+type Arrival struct {
+	Process string           `json:"process"`
+	Rate    float64          `json:"rate,omitempty"`
+	Clients int32            `json:"clients,omitempty"`
+	Think   *metav1.Duration `json:"think,omitempty"`
+	At      *metav1.Duration `json:"at,omitempty"`
+	Count   int32            `json:"count,omitempty"`
+	Spread  *metav1.Duration `json:"spread,omitempty"`
+	Every   *metav1.Duration `json:"every,omitempty"`
+}
+
+// validate checks the spec on its own; the pool-dependent checks (tenant
+// to tier mapping, default service-time mean) happen in resolve.
+func (s *LoadSpec) validate() error {
+	var errs []string
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, "spec."+field+": "+fmt.Sprintf(format, args...))
+	}
+	if s.Replicas < 1 {
+		bad("replicas", "must be at least 1, got %d", s.Replicas)
+	}
+	d := s.Duration.Duration
+	if d <= 0 {
+		bad("duration", "must be greater than 0")
+	}
+	if s.Warmup.Duration < 0 || (d > 0 && s.Warmup.Duration >= d) {
+		bad("warmup", "must be at least 0 and shorter than duration %s", d)
+	}
+	prev := time.Duration(0)
+	for i, c := range s.ReplicaChanges {
+		f := fmt.Sprintf("replicaChanges[%d]", i)
+		if c.At.Duration <= prev || (d > 0 && c.At.Duration >= d) {
+			bad(f+".at", "must be after the previous change and before duration, got %s", c.At.Duration)
+		}
+		if c.Replicas < 0 {
+			bad(f+".replicas", "must be at least 0, got %d", c.Replicas)
+		}
+		prev = c.At.Duration
+	}
+	if st := s.ServiceTime; st != nil {
+		switch st.Distribution {
+		case DistConstant, DistExponential:
+			if st.Stddev != nil {
+				bad("serviceTime.stddev", "is only used by distribution lognormal")
+			}
+		case DistLognormal:
+			if st.Stddev == nil || st.Stddev.Duration <= 0 {
+				bad("serviceTime.stddev", "must be greater than 0 for distribution lognormal")
+			}
+		default:
+			bad("serviceTime.distribution", "unknown distribution %q (want constant, exponential or lognormal)", st.Distribution)
+		}
+		if st.Mean != nil && st.Mean.Duration <= 0 {
+			bad("serviceTime.mean", "must be greater than 0")
+		}
+	}
+	if len(s.Tenants) == 0 {
+		bad("tenants", "must list at least one tenant")
+	}
+	seen := map[string]bool{}
+	for i, t := range s.Tenants {
+		f := fmt.Sprintf("tenants[%d]", i)
+		if t.Tenant == "" {
+			bad(f+".tenant", "must not be empty")
+		} else if seen[t.Tenant] {
+			bad(f+".tenant", "duplicate tenant %q", t.Tenant)
+		}
+		seen[t.Tenant] = true
+		if t.Timeout.Duration < 0 {
+			bad(f+".timeout", "must be at least 0")
+		}
+		if t.MaxRetries != nil && *t.MaxRetries < 0 {
+			bad(f+".maxRetries", "must be at least 0")
+		}
+		for _, e := range t.Arrival.check(d) {
+			bad(f+".arrival."+e[0], "%s", e[1])
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("%w: %s", ErrInvalid, strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+// check returns {field, problem} pairs.
+func (a *Arrival) check(duration time.Duration) [][2]string {
+	var out [][2]string
+	bad := func(field, msg string) { out = append(out, [2]string{field, msg}) }
+	used := map[string]bool{}
+	switch a.Process {
+	case ProcPoisson, ProcConstant:
+		used["rate"] = true
+		if !(a.Rate > 0) {
+			bad("rate", "must be greater than 0 for process "+a.Process)
+		}
+	case ProcClosed:
+		used["clients"], used["think"] = true, true
+		if a.Clients < 1 {
+			bad("clients", "must be at least 1 for process closed")
+		}
+		if a.Think != nil && a.Think.Duration < 0 {
+			bad("think", "must be at least 0")
+		}
+	case ProcBurst:
+		used["at"], used["count"], used["spread"], used["every"] = true, true, true, true
+		if a.Count < 1 {
+			bad("count", "must be at least 1 for process burst")
+		}
+		if a.At == nil || a.At.Duration < 0 || (duration > 0 && a.At.Duration >= duration) {
+			bad("at", "must be set, at least 0 and before duration")
+		}
+		if a.Spread != nil && a.Spread.Duration < 0 {
+			bad("spread", "must be at least 0")
+		}
+		if a.Every != nil && a.Every.Duration < 0 {
+			bad("every", "must be at least 0")
+		}
+		if a.Every != nil && a.Every.Duration > 0 && a.Spread != nil && a.Spread.Duration > a.Every.Duration {
+			bad("spread", "must not be longer than every")
+		}
+	default:
+		bad("process", fmt.Sprintf("unknown process %q (want poisson, constant, closed or burst)", a.Process))
+		return out
+	}
+	set := map[string]bool{
+		"rate": a.Rate != 0, "clients": a.Clients != 0, "think": a.Think != nil,
+		"at": a.At != nil, "count": a.Count != 0, "spread": a.Spread != nil, "every": a.Every != nil,
+	}
+	var extra []string
+	for f, isSet := range set {
+		if isSet && !used[f] {
+			extra = append(extra, f)
+		}
+	}
+	sort.Strings(extra)
+	for _, f := range extra {
+		bad(f, "is not used by process "+a.Process)
+	}
+	return out
+}
+
+func (t *TenantLoad) maxRetries() int {
+	if !t.RetryOn429 {
+		return 0
+	}
+	if t.MaxRetries != nil {
+		return int(*t.MaxRetries)
+	}
+	return defaultMaxRetries
+}
+
+func durOr(d *metav1.Duration, def time.Duration) time.Duration {
+	if d == nil {
+		return def
+	}
+	return d.Duration
+}

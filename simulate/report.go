@@ -1,0 +1,197 @@
+package simulate
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/tiergate/tiergate/api/v1alpha1"
+)
+
+// HorizonWarning is the text simulate prints when the ModelPool would carry
+// the controller's AgeingHorizonExceedsClientTimeout condition.
+func HorizonWarning(horizon, rate, clientTimeout time.Duration, lowestTier string) string {
+	return fmt.Sprintf("%s: the ageing horizon %s (ageing rate %s × %d priority points) exceeds clientTimeout %s: "+
+		"under sustained load a queued %s request expires before ageing lifts it, so the starvation guarantee is void",
+		v1alpha1.ModelPoolAgeingHorizonExceedsClientTimeout, horizon, rate, int64(horizon/rate), clientTimeout, lowestTier)
+}
+
+// warnings lists what the user should know about the configuration and the
+// run, in a fixed order.
+func (e *engine) warnings() []string {
+	var out []string
+	b := e.first
+	pool := b.Pool
+	if pool.HorizonExceedsClientTimeout {
+		out = append(out, HorizonWarning(pool.AgeingHorizon, pool.AgeingRate, pool.ClientTimeout, b.Tiers[len(b.Tiers)-1].Name))
+	}
+	for _, t := range b.Tiers {
+		if t.MaxWaitExceedsClientTimeout {
+			out = append(out, fmt.Sprintf("tier %s: the stated maxWait %s exceeds clientTimeout %s: under sustained overload its requests may expire instead of being served",
+				t.Name, t.MaxWait, pool.ClientTimeout))
+		}
+	}
+	for _, name := range e.res.order {
+		tr := e.res.Tiers[name]
+		if tr.UnderLimits.Count > 0 && !tr.UnderLimits.WithinMaxWait {
+			out = append(out, fmt.Sprintf("tier %s: a request of a tenant under its own limits waited %.3fs, more than the stated maxWait %.3fs",
+				name, tr.UnderLimits.MaxWait, tr.MaxWait))
+		}
+	}
+	for _, q := range b.Tenants {
+		switch {
+		case q.TierNotFound:
+			out = append(out, fmt.Sprintf("TenantQuota %s: tier %q is not a tier of this pool: the quota is not in force", q.QuotaName, q.Tier))
+		case q.Duplicate:
+			out = append(out, fmt.Sprintf("TenantQuota %s: tenant %q is already claimed by TenantQuota %s: the quota is not in force", q.QuotaName, q.Tenant, q.DuplicateOf))
+		}
+	}
+	if m := e.sampler.mean; math.Abs(m-pool.ServiceTime.Seconds()) > 0.01*pool.ServiceTime.Seconds() {
+		out = append(out, fmt.Sprintf("the Load's mean service time %s differs from the pool's %s (%s): the bounds assume the pool's",
+			secs(m), pool.ServiceTime, pool.ServiceTimeSource))
+	}
+	if pool.ServiceTimeSource == v1alpha1.ServiceTimeMeasured {
+		out = append(out, "serviceTime.source is Measured: the simulator keeps the declared mean (it does not model the controller's measurement loop)")
+	}
+	for i, c := range e.load.ReplicaChanges {
+		if c.Replicas == 0 {
+			out = append(out, fmt.Sprintf("replicaChanges[%d]: the pool scales to 0 at %s: requests are refused with 503 unavailable until it scales up", i, c.At.Duration))
+		}
+	}
+	return out
+}
+
+// WriteJSON writes the result as one indented JSON object.
+func WriteJSON(w io.Writer, r *Result) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(r)
+}
+
+// WriteText writes the tables people read.
+func WriteText(w io.Writer, r *Result) error {
+	p := r.Policy
+	ct := "none"
+	if p.ClientTimeoutSeconds > 0 {
+		ct = fmtSecs(p.ClientTimeoutSeconds)
+	}
+	fmt.Fprintf(w, "Pool %s: %d replicas, %d slots, service time %s, μ %g req/s, ageing %s per point (horizon %s), clientTimeout %s\n",
+		r.Pool, p.Replicas, p.Slots, fmtSecs(p.ServiceTimeSeconds), p.ServiceRate, fmtSecs(p.AgeingRateSeconds), fmtSecs(p.AgeingHorizonSeconds), ct)
+	fmt.Fprintf(w, "Simulated %s with seed %d; the first %s are warm-up, figures cover the remaining %s. Utilisation %.1f%%.\n\n",
+		fmtSecs(r.SimulatedSeconds), r.Seed, fmtSecs(r.WarmupSeconds), fmtSecs(r.MeasuredSeconds), 100*r.Utilisation)
+
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	head := "OFFERED\tREQ/S\tRETRIES\tADMITTED\tSERVED\tTHRU/S\tSHARE\tEXPIRED\tABANDONED\tREF cap\tREF tenant\tREF 503\tWAIT mean\tp50\tp95\tp99\tmax\t"
+	fmt.Fprintln(tw, "TIER\t"+head)
+	for _, name := range r.tierOrder() {
+		fmt.Fprintf(tw, "%s\t%s\n", name, figuresRow(&r.Tiers[name].Figures))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+
+	fmt.Fprintln(w, "\nStated (per tier, pool-wide) next to observed:")
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "TIER\tBOUND\tMAX QUEUED\tTENANT LIMIT\tTENANT QUEUE\tMAXWAIT\tUNDER-LIMIT WAITS\tMAX OF THEM\tHELD\tMEAN QUEUE\tλ×W\t")
+	for _, name := range r.tierOrder() {
+		t := r.Tiers[name]
+		held := "yes"
+		switch {
+		case t.UnderLimits.Count == 0:
+			held = "-"
+		case !t.UnderLimits.WithinMaxWait:
+			held = "NO"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\t%d\t%s\t%s\t%.2f\t%.2f\t\n", name, t.Bound, t.MaxQueued, t.TenantLimit, t.TenantQueueLimit,
+			fmtSecs(t.MaxWait), t.UnderLimits.Count, fmtSecs(t.UnderLimits.MaxWait), held,
+			t.Queue.MeanLength, t.Queue.AdmissionRate*t.Queue.MeanTimeInQueue)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+
+	fmt.Fprintln(w, "\nTenants:")
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "TENANT\tTIER\tLIMIT\tQUEUE LIMIT\t"+head)
+	for _, name := range r.tenantOrder() {
+		t := r.Tenants[name]
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\n", name, t.Tier, t.TenantLimit, t.QueueLimit, figuresRow(&t.Figures))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+
+	if len(r.PolicyChanges) > 0 {
+		fmt.Fprintln(w, "\nPolicy changes:")
+		for _, c := range r.PolicyChanges {
+			var bs []string
+			for _, name := range r.tierOrder() {
+				bs = append(bs, fmt.Sprintf("%s %d", name, c.Bounds[name]))
+			}
+			fmt.Fprintf(w, "  at %s: %d replicas, %d slots, bounds %s\n", fmtSecs(c.AtSeconds), c.Replicas, c.Slots, strings.Join(bs, ", "))
+		}
+	}
+	if len(r.Warnings) > 0 {
+		fmt.Fprintln(w)
+		for _, s := range r.Warnings {
+			fmt.Fprintf(w, "WARNING: %s\n", s)
+		}
+	}
+	return nil
+}
+
+func figuresRow(f *Figures) string {
+	return fmt.Sprintf("%d\t%.3f\t%d\t%d\t%d\t%.3f\t%.1f%%\t%d\t%d\t%d\t%d\t%d\t%.2fs\t%.2fs\t%.2fs\t%.2fs\t%.2fs\t",
+		f.Offered, f.OfferedRate, f.Retries, f.Admitted, f.Served, f.Throughput, 100*f.ThroughputShare, f.Expired, f.Abandoned,
+		f.Refused.Capacity, f.Refused.TenantLimit, f.Refused.Unavailable,
+		f.Wait.Mean, f.Wait.P50, f.Wait.P95, f.Wait.P99, f.Wait.Max)
+}
+
+// tierOrder is by base priority, then name.
+func (r *Result) tierOrder() []string {
+	if len(r.order) == len(r.Tiers) {
+		return r.order
+	}
+	names := make([]string, 0, len(r.Tiers))
+	for n := range r.Tiers {
+		names = append(names, n)
+	}
+	sort.Slice(names, func(a, b int) bool {
+		pa, pb := r.Tiers[names[a]].BasePriority, r.Tiers[names[b]].BasePriority
+		if pa != pb {
+			return pa < pb
+		}
+		return names[a] < names[b]
+	})
+	return names
+}
+
+// tenantOrder is by tier (base priority), then name.
+func (r *Result) tenantOrder() []string {
+	rank := map[string]int{}
+	for i, n := range r.tierOrder() {
+		rank[n] = i
+	}
+	names := make([]string, 0, len(r.Tenants))
+	for n := range r.Tenants {
+		names = append(names, n)
+	}
+	sort.Slice(names, func(a, b int) bool {
+		ta, tb := rank[r.Tenants[names[a]].Tier], rank[r.Tenants[names[b]].Tier]
+		if ta != tb {
+			return ta < tb
+		}
+		return names[a] < names[b]
+	})
+	return names
+}
+
+// fmtSecs prints seconds as a Go duration rounded to the millisecond.
+func fmtSecs(s float64) string {
+	return secs(s).Round(time.Millisecond).String()
+}
