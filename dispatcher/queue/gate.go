@@ -28,7 +28,9 @@ func (r AcquireResult) String() string {
 // Gate shares counts across a fleet of dispatchers (fleet mode). The queue
 // consults it in addition to its local counts; queue order stays local. The
 // queue calls a Gate while holding its own lock, so a Gate must not call
-// back into the Queue.
+// back into the Queue. Every call for a job names the tier the job was
+// admitted to (Enqueue's tier), even if a policy change has since moved
+// its tenant to another tier, so the gate's per-tier counts balance.
 type Gate interface {
 	// Enqueue reserves a queued place fleet-wide, or refuses with
 	// ErrQueueFull/ErrTenantLimit and the fleet-wide queued count of the tier

@@ -679,7 +679,9 @@ func (q *Queue) dispatchLocked(now int64) {
 	for q.inFlight < q.slots && len(q.heap) > 0 {
 		ts := q.heap[0]
 		if q.gate != nil {
-			switch q.gate.Acquire(ts.id, ts.tier.name, q.slots, ts.limit) {
+			// Gate calls name the tier a job was admitted to, which the
+			// gate counted it under, even if a policy has moved it since.
+			switch q.gate.Acquire(ts.id, ts.head.h.tier, q.slots, ts.limit) {
 			case PoolFull:
 				return // resumes on a release or Kick
 			case TenantFull:
@@ -733,7 +735,7 @@ func (q *Queue) endQueued(j *job, state uint8, err error, now int64) {
 	ts, tr := j.ts, j.tr
 	q.unlinkQueued(j)
 	if q.gate != nil {
-		q.gate.Dequeue(ts.id, tr.name)
+		q.gate.Dequeue(ts.id, j.h.tier)
 	}
 	switch state {
 	case stAbandoned:
@@ -982,7 +984,7 @@ func (h *Handle) Release() {
 	}
 	q.completed++
 	if q.gate != nil {
-		q.gate.Release(ts.id, tr.name)
+		q.gate.Release(ts.id, h.tier)
 		ts.gateBlocked = false // its own slot freed: ask the gate again
 	}
 	q.fixTenant(ts)
