@@ -11,6 +11,7 @@ import (
 	"os/signal"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
@@ -35,6 +36,7 @@ func runDispatcher(args []string, stdout, stderr io.Writer) int {
 	drainTimeout := fs.Duration("drain-timeout", dispatcher.DefaultDrainTimeout, "on SIGTERM, how long queued requests may still be dispatched before they get 503")
 	maxBody := fs.Int64("max-body-bytes", server.DefaultMaxBodyBytes, "largest request body; larger gets 413")
 	bodyTimeout := fs.Duration("body-timeout", server.DefaultBodyTimeout, "longest time to receive a request body; slower gets 408")
+	readHeaderTimeout := fs.Duration("read-header-timeout", 10*time.Second, "longest time to receive a request's headers (against slowloris clients)")
 	verbosity := fs.Int("v", 0, "log verbosity: 0 lifecycle and errors, 1 also per-request failures")
 	logFormat := fs.String("log-format", "json", `log format: "json" or "text"`)
 	fs.Usage = func() {
@@ -92,7 +94,8 @@ func runDispatcher(args []string, stdout, stderr io.Writer) int {
 	}
 	d, err := dispatcher.New(dispatcher.Config{
 		Listen: *listen, AdminListen: *adminListen, AdminToken: token, PolicyFile: *policyFile,
-		DrainTimeout: *drainTimeout, MaxBodyBytes: *maxBody, BodyTimeout: *bodyTimeout, Gate: gate, Log: log,
+		DrainTimeout: *drainTimeout, MaxBodyBytes: *maxBody, BodyTimeout: *bodyTimeout,
+		ReadHeaderTimeout: *readHeaderTimeout, Gate: gate, Log: log,
 	})
 	if err != nil {
 		log.Error(err, "bad configuration")

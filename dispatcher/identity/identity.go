@@ -40,6 +40,7 @@ type Identity struct {
 type Identifier struct {
 	mode        string
 	header      string // canonical form, TrustedHeader mode
+	headerName  string // as the policy spells it, for messages
 	defaultTier string
 	tierOf      map[string]string // tenant -> tier
 	// hashes and owners are parallel: every key hash and its tenant.
@@ -52,6 +53,7 @@ func New(p *policy.Policy) *Identifier {
 	id := &Identifier{
 		mode:        p.Authentication.Mode,
 		header:      http.CanonicalHeaderKey(p.Authentication.HeaderName),
+		headerName:  p.Authentication.HeaderName,
 		defaultTier: p.DefaultTier,
 		tierOf:      make(map[string]string, len(p.Tenants)),
 	}
@@ -95,21 +97,21 @@ func (id *Identifier) byHeader(h http.Header) (string, error) {
 	vals := h[id.header]
 	switch len(vals) {
 	case 0:
-		return "", fmt.Errorf("%w: missing the %s header that names the tenant", ErrUnauthenticated, id.header)
+		return "", fmt.Errorf("%w: missing the %s header that names the tenant", ErrUnauthenticated, id.headerName)
 	case 1:
 	default:
-		return "", fmt.Errorf("%w: the %s header is repeated %d times; send it once", ErrMalformed, id.header, len(vals))
+		return "", fmt.Errorf("%w: the %s header is repeated %d times; send it once", ErrMalformed, id.headerName, len(vals))
 	}
 	v := vals[0]
 	if v == "" {
-		return "", fmt.Errorf("%w: the %s header is empty", ErrUnauthenticated, id.header)
+		return "", fmt.Errorf("%w: the %s header is empty", ErrUnauthenticated, id.headerName)
 	}
 	if len(v) > maxTenantLen {
-		return "", fmt.Errorf("%w: the %s header is longer than %d bytes", ErrMalformed, id.header, maxTenantLen)
+		return "", fmt.Errorf("%w: the %s header is longer than %d bytes", ErrMalformed, id.headerName, maxTenantLen)
 	}
 	for i := 0; i < len(v); i++ {
 		if c := v[i]; c <= ' ' || c >= 0x7f {
-			return "", fmt.Errorf("%w: the %s header may hold only visible ASCII characters", ErrMalformed, id.header)
+			return "", fmt.Errorf("%w: the %s header may hold only visible ASCII characters", ErrMalformed, id.headerName)
 		}
 	}
 	return v, nil

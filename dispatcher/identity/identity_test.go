@@ -19,7 +19,7 @@ func hash(key string) string {
 
 func pol(mode, defaultTier string) *policy.Policy {
 	return &policy.Policy{
-		Authentication: policy.Authentication{Mode: mode, HeaderName: "x-tenant-id"},
+		Authentication: policy.Authentication{Mode: mode, HeaderName: "X-Tenant-ID"},
 		DefaultTier:    defaultTier,
 		Tiers:          []policy.Tier{{Name: "premium"}, {Name: "free"}},
 		Tenants: []policy.Tenant{
@@ -52,16 +52,16 @@ func TestIdentify(t *testing.T) {
 			wantMsg: `unknown tenant: tenant "carol" is not known and the pool has no default tier`},
 		"header: missing": {
 			mode: policy.AuthTrustedHeader, header: http.Header{},
-			wantErr: ErrUnauthenticated, wantMsg: "unauthenticated: missing the X-Tenant-Id header that names the tenant"},
+			wantErr: ErrUnauthenticated, wantMsg: "unauthenticated: missing the X-Tenant-ID header that names the tenant"},
 		"header: empty": {
 			mode: policy.AuthTrustedHeader, header: http.Header{"X-Tenant-Id": {""}},
-			wantErr: ErrUnauthenticated, wantMsg: "unauthenticated: the X-Tenant-Id header is empty"},
+			wantErr: ErrUnauthenticated, wantMsg: "unauthenticated: the X-Tenant-ID header is empty"},
 		"header: repeated": {
 			mode: policy.AuthTrustedHeader, header: http.Header{"X-Tenant-Id": {"acme", "bob"}},
-			wantErr: ErrMalformed, wantMsg: "malformed credential: the X-Tenant-Id header is repeated 2 times; send it once"},
+			wantErr: ErrMalformed, wantMsg: "malformed credential: the X-Tenant-ID header is repeated 2 times; send it once"},
 		"header: control character": {
 			mode: policy.AuthTrustedHeader, header: http.Header{"X-Tenant-Id": {"ac me"}},
-			wantErr: ErrMalformed, wantMsg: "malformed credential: the X-Tenant-Id header may hold only visible ASCII characters"},
+			wantErr: ErrMalformed, wantMsg: "malformed credential: the X-Tenant-ID header may hold only visible ASCII characters"},
 		"key: first key": {
 			mode: policy.AuthAPIKey, header: http.Header{"Authorization": {"Bearer sk-acme-1"}},
 			want: Identity{Tenant: "acme", Tier: "premium"}},

@@ -242,6 +242,9 @@ func identityError(err error, tenant string) *apierror.Error {
 }
 
 func (s *Server) refuse(w http.ResponseWriter, pool, tier string, e *apierror.Error) {
+	if e.Tier == "" {
+		e.Tier = tier // known once the caller is identified
+	}
 	e.Write(w)
 	s.m.Reject(pool, tier, e.Type)
 	s.m.Request(pool, tier, e.Status)
@@ -260,6 +263,7 @@ func (s *Server) clientGone(pool, tier, stage string) {
 // away while sending it.
 func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *apierror.Error) {
 	if r.ContentLength > s.cfg.MaxBodyBytes {
+		w.Header().Set("Connection", "close")
 		return nil, apierror.BodyTooLarge(s.cfg.MaxBodyBytes)
 	}
 	rc := http.NewResponseController(w)
@@ -271,8 +275,10 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *apie
 	// Reading to EOF also starts net/http's watch for the client closing
 	// the connection, which Wait relies on while the request is queued.
 	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
-	_ = rc.SetReadDeadline(time.Time{})
 	if err != nil {
+		// Leave the read deadline as it is and close the connection: what
+		// is left of this body is not worth waiting for.
+		w.Header().Set("Connection", "close")
 		var tooBig *http.MaxBytesError
 		switch {
 		case errors.As(err, &tooBig):
@@ -285,6 +291,7 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *apie
 			return nil, apierror.BadRequest("could not read the request body: " + err.Error())
 		}
 	}
+	_ = rc.SetReadDeadline(time.Time{})
 	if buf.Len() == 0 {
 		return []byte{}, nil
 	}
