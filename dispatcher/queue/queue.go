@@ -287,6 +287,10 @@ func (q *Queue) UpdatePolicy(p *policy.Policy) {
 		}
 	}
 	for _, ts := range q.tenants {
+		if cur := q.tiers[ts.tier.name]; cur != nil && cur != ts.tier {
+			// ts pointed at a tier that emptied, was dropped and is back.
+			ts.tier = cur
+		}
 		target := ts.tier
 		if lt, ok := q.listed[ts.id]; ok {
 			if tr := q.tiers[lt.tier]; tr != nil && !tr.retired {
@@ -525,6 +529,7 @@ func (q *Queue) Admit(tenantID, tierName string) (*Handle, error) {
 		q.moveTenant(ts, tr)
 		ts.limit = q.limitFor(ts.id, tr)
 		q.fixTenant(ts)
+		q.dispatchLocked(now) // its new limit may let queued work run
 	}
 
 	// Local fast path: a free slot means no runnable tenant is waiting, so a

@@ -1,0 +1,277 @@
+package queue
+
+import (
+	"sort"
+
+	"github.com/tiergate/tiergate/dispatcher/policy"
+)
+
+// model is a deliberately naive reference of the queue's semantics: a flat
+// list of jobs, dispatch by scanning for the smallest ageing key among
+// tenants under their cap, expiry by scanning. The property and fuzz tests
+// drive it and the real queue with the same operations and require the
+// same outcome for every job after every step.
+type model struct {
+	gateMode    bool
+	hasPolicy   bool
+	draining    bool
+	slots       int
+	rateNs      int64
+	timeoutNs   int64
+	defaultTier string
+	tiers       map[string]*mTier
+	listed      map[string]policy.Tenant
+	tenantTier  map[string]*mTier // while the tenant has jobs queued or in flight
+	jobs        []*mJob
+	seq         uint64
+	moved       bool // the last operation moved queued jobs between tiers
+}
+
+type mTier struct {
+	name                string
+	base                int
+	bound, conc, qlimit int
+	retired             bool
+}
+
+type mJob struct {
+	h         *Handle
+	tenant    string
+	admitTier string
+	tier      *mTier
+	enq       int64
+	seq       uint64
+	state     uint8
+}
+
+func newModel(gate bool) *model {
+	return &model{gateMode: gate, tiers: map[string]*mTier{}, listed: map[string]policy.Tenant{}, tenantTier: map[string]*mTier{}}
+}
+
+func (m *model) key(j *mJob) int64 { return int64(j.tier.base)*m.rateNs + j.enq }
+
+func (m *model) less(a, b *mJob) bool {
+	ka, kb := m.key(a), m.key(b)
+	if ka != kb {
+		return ka < kb
+	}
+	return a.seq < b.seq
+}
+
+func (m *model) count(pred func(*mJob) bool) int {
+	n := 0
+	for _, j := range m.jobs {
+		if pred(j) {
+			n++
+		}
+	}
+	return n
+}
+
+func (m *model) inFlight() int {
+	return m.count(func(j *mJob) bool { return j.state == stDispatched })
+}
+
+func (m *model) tenantInFlight(t string) int {
+	return m.count(func(j *mJob) bool { return j.state == stDispatched && j.tenant == t })
+}
+
+func (m *model) tenantQueued(t string) int {
+	return m.count(func(j *mJob) bool { return j.state == stQueued && j.tenant == t })
+}
+
+func (m *model) tierQueued(tr *mTier) int {
+	return m.count(func(j *mJob) bool { return j.state == stQueued && j.tier == tr })
+}
+
+func (m *model) admitTierQueued(name string) int {
+	return m.count(func(j *mJob) bool { return j.state == stQueued && j.admitTier == name })
+}
+
+func (m *model) limit(t string) int {
+	if lt, ok := m.listed[t]; ok && lt.MaxConcurrency > 0 {
+		return lt.MaxConcurrency
+	}
+	return m.tenantTier[t].conc
+}
+
+// forget drops the tenant's tier once it has nothing queued or in flight.
+func (m *model) forget(t string) {
+	if m.count(func(j *mJob) bool { return j.tenant == t && (j.state == stQueued || j.state == stDispatched) }) == 0 {
+		delete(m.tenantTier, t)
+	}
+}
+
+func (m *model) move(t string, to *mTier) {
+	for _, j := range m.jobs {
+		if j.tenant == t && j.state == stQueued {
+			j.tier = to
+			m.moved = true
+		}
+	}
+	m.tenantTier[t] = to
+}
+
+func (m *model) dispatch() {
+	for m.inFlight() < m.slots {
+		var best *mJob
+		for _, j := range m.jobs {
+			if j.state == stQueued && m.tenantInFlight(j.tenant) < m.limit(j.tenant) && (best == nil || m.less(j, best)) {
+				best = j
+			}
+		}
+		if best == nil {
+			return
+		}
+		best.state = stDispatched
+	}
+}
+
+// admitResult is what the model expects of Admit.
+type admitResult struct {
+	err      error // a sentinel
+	position int   // for refusals
+	job      *mJob // when admitted
+}
+
+func (m *model) admit(tenant, tier string, now int64) admitResult {
+	switch {
+	case m.draining:
+		return admitResult{err: ErrDraining}
+	case !m.hasPolicy:
+		return admitResult{err: ErrNoPolicy}
+	}
+	tr := m.tiers[tier]
+	if tr == nil || tr.retired {
+		return admitResult{err: ErrUnknownTier}
+	}
+	if m.slots <= 0 {
+		return admitResult{err: ErrNoCapacity}
+	}
+	if cur, ok := m.tenantTier[tenant]; ok && cur != tr {
+		m.move(tenant, tr)
+		m.dispatch()
+	}
+	_, known := m.tenantTier[tenant]
+	newJob := func(state uint8) *mJob {
+		m.tenantTier[tenant] = tr
+		j := &mJob{tenant: tenant, admitTier: tier, tier: tr, enq: now, seq: m.seq, state: state}
+		m.seq++
+		m.jobs = append(m.jobs, j)
+		return j
+	}
+	if !m.gateMode && m.inFlight() < m.slots && (!known || m.tenantInFlight(tenant) < m.limit(tenant)) {
+		return admitResult{job: newJob(stDispatched)}
+	}
+	if n := m.tierQueued(tr); n >= tr.bound {
+		return admitResult{err: ErrQueueFull, position: n + 1}
+	}
+	if known && m.tenantQueued(tenant) >= tr.qlimit {
+		return admitResult{err: ErrTenantLimit, position: m.tierQueued(tr) + 1}
+	}
+	if m.gateMode {
+		// The gate counts jobs under the tier they were admitted to.
+		if n := m.admitTierQueued(tier); n >= tr.bound {
+			return admitResult{err: ErrQueueFull, position: n + 1}
+		}
+	}
+	j := newJob(stQueued)
+	m.dispatch()
+	return admitResult{job: j}
+}
+
+func (m *model) end(j *mJob, state uint8) {
+	j.state = state
+	m.forget(j.tenant)
+}
+
+func (m *model) release(j *mJob) {
+	switch j.state {
+	case stQueued:
+		m.end(j, stAbandoned)
+	case stDispatched:
+		m.end(j, stReleased)
+		m.dispatch()
+	}
+}
+
+func (m *model) expire(now int64) {
+	if m.timeoutNs <= 0 {
+		return
+	}
+	for _, j := range m.jobs {
+		if j.state == stQueued && now-j.enq >= m.timeoutNs {
+			m.end(j, stExpired)
+		}
+	}
+}
+
+func (m *model) flush() {
+	for _, j := range m.jobs {
+		if j.state == stQueued {
+			m.end(j, stDrained)
+		}
+	}
+}
+
+func (m *model) update(p *policy.Policy, now int64) {
+	newTimeout := secondsToNs(p.ClientTimeoutSeconds)
+	timeoutChanged := newTimeout != m.timeoutNs
+	m.hasPolicy = true
+	m.slots = p.Slots
+	m.rateNs = secondsToNs(p.AgeingRate)
+	m.timeoutNs = newTimeout
+	m.defaultTier = p.DefaultTier
+	seen := map[string]bool{}
+	for _, pt := range p.Tiers {
+		tr := m.tiers[pt.Name]
+		if tr == nil {
+			tr = &mTier{name: pt.Name}
+			m.tiers[pt.Name] = tr
+		}
+		tr.base, tr.bound, tr.conc, tr.qlimit, tr.retired = pt.BasePriority, pt.QueueBound, pt.TenantConcurrencyLimit, pt.TenantQueueLimit, false
+		seen[pt.Name] = true
+	}
+	for name, tr := range m.tiers {
+		if !seen[name] {
+			tr.retired = true
+		}
+	}
+	m.listed = map[string]policy.Tenant{}
+	for _, tn := range p.Tenants {
+		m.listed[tn.ID] = tn
+	}
+	var fallback *mTier
+	if tr := m.tiers[m.defaultTier]; tr != nil && !tr.retired {
+		fallback = tr
+	}
+	tenants := make([]string, 0, len(m.tenantTier))
+	for t := range m.tenantTier {
+		tenants = append(tenants, t)
+	}
+	sort.Strings(tenants)
+	for _, t := range tenants {
+		cur := m.tenantTier[t]
+		target := cur
+		if lt, ok := m.listed[t]; ok {
+			if tr := m.tiers[lt.Tier]; tr != nil && !tr.retired {
+				target = tr
+			}
+		} else if cur.retired && fallback != nil {
+			target = fallback
+		}
+		if target != cur {
+			m.move(t, target)
+		}
+	}
+	// A retired tier with no job left is gone; if it comes back it is new.
+	for name, tr := range m.tiers {
+		if tr.retired && m.count(func(j *mJob) bool { return j.tier == tr && (j.state == stQueued || j.state == stDispatched) }) == 0 {
+			delete(m.tiers, name)
+		}
+	}
+	if timeoutChanged {
+		m.expire(now)
+	}
+	m.dispatch()
+}

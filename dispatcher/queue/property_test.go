@@ -1,0 +1,419 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/tiergate/tiergate/dispatcher/policy"
+)
+
+var seedFlag = flag.Uint64("seed", 0, "seed for TestQueueProperties (0: TIERGATE_SEED or random)")
+
+// ops is a byte stream that never runs dry: past its end it yields zeros.
+type ops struct {
+	b []byte
+	i int
+}
+
+func (o *ops) next() byte {
+	if o.i >= len(o.b) {
+		o.i++
+		return 0
+	}
+	c := o.b[o.i]
+	o.i++
+	return c
+}
+
+func (o *ops) done() bool { return o.i >= len(o.b) }
+
+var (
+	tierNames   = []string{"premium", "standard", "free", "extra"}
+	tenantNames = []string{"t0", "t1", "t2", "t3", "t4", "t5"}
+)
+
+// genPolicy builds a valid policy from the byte stream.
+func genPolicy(o *ops, version int64) *policy.Policy {
+	p := &policy.Policy{
+		Version:              version,
+		Slots:                int(o.next() % 5),
+		ServiceRate:          float64(o.next() % 5),
+		AgeingRate:           []float64{1, 2, 6, 30}[o.next()%4],
+		ClientTimeoutSeconds: []float64{0, 5, 10, 30, 60}[o.next()%5],
+		Authentication:       policy.Authentication{Mode: policy.AuthAPIKey},
+	}
+	if p.Slots > 0 {
+		p.Backends = []policy.Backend{{Address: "127.0.0.1:8000"}}
+	}
+	mask := o.next()%15 + 1
+	for i, name := range tierNames {
+		if mask&(1<<i) == 0 {
+			continue
+		}
+		p.Tiers = append(p.Tiers, policy.Tier{
+			Name:                   name,
+			BasePriority:           int(o.next()%4) * 5,
+			TolerableWaitSeconds:   []float64{1, 5, 20}[o.next()%3],
+			QueueBound:             int(o.next()%6) + 1,
+			TenantConcurrencyLimit: int(o.next()%3) + 1,
+			TenantQueueLimit:       int(o.next()%4) + 1,
+		})
+	}
+	if c := o.next(); c%3 == 0 {
+		p.DefaultTier = p.Tiers[int(c/3)%len(p.Tiers)].Name
+	}
+	for _, tn := range tenantNames {
+		c := o.next()
+		if c%3 != 0 {
+			continue
+		}
+		p.Tenants = append(p.Tenants, policy.Tenant{ID: tn, Tier: p.Tiers[int(c/3)%len(p.Tiers)].Name, MaxConcurrency: int(o.next() % 4)})
+	}
+	return p
+}
+
+type driver struct {
+	t       testing.TB
+	q       *Queue
+	clk     *clocktesting.FakeClock
+	gate    *fakeGate
+	m       *model
+	jobs    []*mJob // every admitted job, real handle in .h
+	version int64
+	log     []string
+}
+
+func newDriver(t testing.TB, gate bool) *driver {
+	clk := clocktesting.NewFakeClock(t0)
+	d := &driver{t: t, clk: clk, m: newModel(gate)}
+	var opts []Option
+	if gate {
+		d.gate = newFakeGate()
+		opts = append(opts, WithGate(d.gate))
+	}
+	// Job records are recycled (the default), so calls on old handles here
+	// also check that a stale handle never reaches a reused job.
+	d.q = New(clk, opts...)
+	return d
+}
+
+func (d *driver) now() int64 { return int64(d.clk.Since(t0)) }
+
+func (d *driver) fail(format string, args ...any) {
+	d.t.Helper()
+	tail := d.log
+	if len(tail) > 30 {
+		tail = tail[len(tail)-30:]
+	}
+	d.t.Fatalf("%s\nlast operations:\n  %s", fmt.Sprintf(format, args...), joinLines(tail))
+}
+
+func joinLines(s []string) string {
+	out := ""
+	for i, l := range s {
+		if i > 0 {
+			out += "\n  "
+		}
+		out += l
+	}
+	return out
+}
+
+func (d *driver) pick(o *ops, pred func(*mJob) bool) *mJob {
+	var c []*mJob
+	for _, j := range d.jobs {
+		if pred(j) {
+			c = append(c, j)
+		}
+	}
+	if len(c) == 0 {
+		return nil
+	}
+	return c[int(o.next())%len(c)]
+}
+
+// step runs one operation on both the queue and the model.
+func (d *driver) step(o *ops) {
+	d.m.moved = false
+	switch op := o.next() % 12; op {
+	case 0, 1, 2, 3: // admit
+		tenant := tenantNames[int(o.next())%len(tenantNames)]
+		tier := tierNames[int(o.next())%len(tierNames)]
+		d.log = append(d.log, fmt.Sprintf("admit %s %s", tenant, tier))
+		want := d.m.admit(tenant, tier, d.now())
+		h, err := d.q.Admit(tenant, tier)
+		if want.err == nil {
+			if err != nil {
+				d.fail("Admit(%s, %s) = %v, model admits", tenant, tier, err)
+			}
+			want.job.h = h
+			d.jobs = append(d.jobs, want.job)
+			return
+		}
+		if !errors.Is(err, want.err) {
+			d.fail("Admit(%s, %s) = %v, model says %v", tenant, tier, err, want.err)
+		}
+		var r *Refusal
+		if want.position > 0 {
+			if !errors.As(err, &r) || r.Position != want.position || r.Tier != tier {
+				d.fail("Admit(%s, %s) = %v, want position %d", tenant, tier, err, want.position)
+			}
+			if r.RetryAfter < time.Second || r.RetryAfter%time.Second != 0 {
+				d.fail("Retry-After %s not whole seconds >= 1s", r.RetryAfter)
+			}
+		} else if errors.As(err, &r) {
+			d.fail("%v is a *Refusal", err)
+		}
+	case 4: // cancel through Wait with a done context
+		j := d.pick(o, func(*mJob) bool { return true })
+		if j == nil {
+			return
+		}
+		d.log = append(d.log, fmt.Sprintf("cancel #%d (%s, state %d)", j.seq, j.tenant, j.state))
+		before := j.state
+		err := j.h.Wait(cancelled())
+		switch before {
+		case stQueued:
+			d.m.end(j, stAbandoned)
+			if !errors.Is(err, context.Canceled) {
+				d.fail("cancel queued: Wait = %v", err)
+			}
+		case stDispatched, stReleased:
+			if err != nil {
+				d.fail("cancel after dispatch: Wait = %v", err)
+			}
+		case stExpired:
+			if !errors.Is(err, ErrExpired) {
+				d.fail("cancel expired: Wait = %v", err)
+			}
+		case stDrained:
+			if !errors.Is(err, ErrDrained) {
+				d.fail("cancel drained: Wait = %v", err)
+			}
+		case stAbandoned:
+			if !errors.Is(err, context.Canceled) {
+				d.fail("cancel abandoned: Wait = %v", err)
+			}
+		}
+	case 5, 6, 7: // release a running job
+		j := d.pick(o, func(j *mJob) bool { return j.state == stDispatched })
+		if j == nil {
+			return
+		}
+		d.log = append(d.log, fmt.Sprintf("release #%d (%s)", j.seq, j.tenant))
+		d.m.release(j)
+		j.h.Release()
+	case 8: // release any handle: double, queued, ended
+		j := d.pick(o, func(*mJob) bool { return true })
+		if j == nil {
+			return
+		}
+		d.log = append(d.log, fmt.Sprintf("release-any #%d (%s, state %d)", j.seq, j.tenant, j.state))
+		before := d.q.Stats().DoubleReleases
+		wantDouble := j.state == stReleased
+		d.m.release(j)
+		j.h.Release()
+		if got := d.q.Stats().DoubleReleases - before; got != map[bool]uint64{true: 1, false: 0}[wantDouble] {
+			d.fail("double releases +%d, want double=%v", got, wantDouble)
+		}
+	case 9: // policy change
+		d.version++
+		p := genPolicy(o, d.version)
+		if err := p.Validate(); err != nil {
+			d.fail("generated an invalid policy: %v", err)
+		}
+		d.log = append(d.log, fmt.Sprintf("policy v%d slots %d rate %v timeout %v tiers %v tenants %v default %q", p.Version, p.Slots, p.AgeingRate, p.ClientTimeoutSeconds, p.Tiers, p.Tenants, p.DefaultTier))
+		d.m.update(p, d.now())
+		d.q.UpdatePolicy(p)
+	case 10: // clock advance
+		dt := time.Duration(o.next()%80) * 500 * time.Millisecond
+		d.log = append(d.log, fmt.Sprintf("advance %s", dt))
+		d.clk.Step(dt)
+		d.m.expire(d.now())
+		d.q.ExpireDue()
+	case 11:
+		d.log = append(d.log, "kick")
+		d.q.Kick()
+	}
+}
+
+// snapshot is what the invariants compare against the previous step.
+type snapshot struct {
+	inFlight     int
+	tenantIn     map[string]int
+	tenantQueued map[string]int
+	tierQueued   map[string]int
+}
+
+func (d *driver) snap() snapshot {
+	d.q.mu.Lock()
+	defer d.q.mu.Unlock()
+	s := snapshot{inFlight: d.q.inFlight, tenantIn: map[string]int{}, tenantQueued: map[string]int{}, tierQueued: map[string]int{}}
+	for id, ts := range d.q.tenants {
+		s.tenantIn[id] = ts.inFlight
+		s.tenantQueued[id] = ts.queued
+	}
+	for name, tr := range d.q.tiers {
+		s.tierQueued[name] = tr.queued
+	}
+	return s
+}
+
+// check compares every job's state with the model and checks the DESIGN.md
+// section 5 invariants. Limits and bounds may be exceeded only by work that
+// was there before a policy lowered them or moved a tenant's queued jobs to
+// another tier (it is never cancelled), so a count above its limit must not
+// have risen, except in a step that moved jobs.
+func (d *driver) check(prev snapshot) snapshot {
+	d.t.Helper()
+	if err := checkStructure(d.q); err != nil {
+		d.fail("structure: %v", err)
+	}
+	for _, j := range d.jobs {
+		if got := state(j.h); got != j.state {
+			d.fail("job #%d (%s in %s): state %d, model %d", j.seq, j.tenant, j.tier.name, got, j.state)
+		}
+	}
+	s := d.q.Stats()
+	if s.InFlight != d.m.inFlight() || s.Queued != d.m.count(func(j *mJob) bool { return j.state == stQueued }) {
+		d.fail("in flight %d queued %d, model %d and %d", s.InFlight, s.Queued, d.m.inFlight(), d.m.count(func(j *mJob) bool { return j.state == stQueued }))
+	}
+	now := d.snap()
+	if now.inFlight > s.Slots && now.inFlight > prev.inFlight {
+		d.fail("in flight rose to %d over %d slots", now.inFlight, s.Slots)
+	}
+	d.q.mu.Lock()
+	var bad string
+	for id, ts := range d.q.tenants {
+		if ts.inFlight > ts.limit && ts.inFlight > prev.tenantIn[id] {
+			bad = fmt.Sprintf("tenant %s in flight rose to %d over its limit %d", id, ts.inFlight, ts.limit)
+		}
+		if ts.queued > ts.tier.qlimit && ts.queued > prev.tenantQueued[id] && !d.m.moved {
+			bad = fmt.Sprintf("tenant %s queued rose to %d over its limit %d", id, ts.queued, ts.tier.qlimit)
+		}
+	}
+	for name, tr := range d.q.tiers {
+		if tr.queued > tr.bound && tr.queued > prev.tierQueued[name] && !d.m.moved {
+			bad = fmt.Sprintf("tier %s queued rose to %d over its bound %d", name, tr.queued, tr.bound)
+		}
+	}
+	d.q.mu.Unlock()
+	if bad != "" {
+		d.fail("%s", bad)
+	}
+	tot := s.Totals
+	counts := map[uint8]uint64{}
+	for _, j := range d.jobs {
+		counts[j.state]++
+	}
+	if tot.Admitted != uint64(len(d.jobs)) ||
+		tot.Dispatched != counts[stDispatched]+counts[stReleased] ||
+		tot.Abandoned != counts[stAbandoned] || tot.Expired != counts[stExpired] || tot.Drained != counts[stDrained] ||
+		s.Completed != counts[stReleased] {
+		d.fail("totals %+v completed %d, model states %v of %d jobs", tot, s.Completed, counts, len(d.jobs))
+	}
+	return now
+}
+
+// finish stops the load: every job must end exactly once and every counter
+// return to zero.
+func (d *driver) finish() {
+	d.q.Drain()
+	d.m.draining = true
+	for range 100 {
+		var running []*mJob
+		for _, j := range d.jobs {
+			if j.state == stDispatched {
+				running = append(running, j)
+			}
+		}
+		if len(running) == 0 {
+			break
+		}
+		for _, j := range running {
+			d.m.release(j)
+			j.h.Release()
+		}
+	}
+	d.m.flush()
+	d.q.FlushQueued()
+	for _, j := range d.jobs {
+		if j.state == stDispatched {
+			d.m.release(j)
+			j.h.Release()
+		}
+	}
+	d.check(d.snap())
+	for _, j := range d.jobs {
+		switch j.state {
+		case stReleased, stAbandoned, stExpired, stDrained:
+		default:
+			d.fail("job #%d did not end: state %d", j.seq, j.state)
+		}
+	}
+	assertEmpty(d.t.(*testing.T), d.q)
+	if d.gate != nil {
+		d.gate.assertZero(d.t.(*testing.T))
+	}
+}
+
+func runOps(t *testing.T, data []byte) {
+	o := &ops{b: data}
+	d := newDriver(t, o.next()%4 == 0)
+	prev := d.check(d.snap())
+	for steps := 0; !o.done() && steps < 2000; steps++ {
+		d.step(o)
+		prev = d.check(prev)
+	}
+	d.finish()
+}
+
+// TestQueueProperties drives the queue and the naive model with random
+// operation streams. The seed is logged; rerun one with -seed=N or
+// TIERGATE_SEED=N.
+func TestQueueProperties(t *testing.T) {
+	seed := *seedFlag
+	if seed == 0 {
+		if s, err := strconv.ParseUint(os.Getenv("TIERGATE_SEED"), 10, 64); err == nil {
+			seed = s
+		}
+	}
+	if seed == 0 {
+		seed = rand.Uint64()
+	}
+	t.Logf("seed %d (rerun with -seed=%d)", seed, seed)
+	rng := rand.New(rand.NewPCG(seed, 0x7469657267617465))
+	runs, length := 300, 600
+	if testing.Short() {
+		runs = 50
+	}
+	for i := range runs {
+		data := make([]byte, length)
+		for k := range data {
+			data[k] = byte(rng.UintN(256))
+		}
+		if !t.Run(fmt.Sprint("run", i), func(t *testing.T) { runOps(t, data) }) {
+			t.Fatalf("failed with seed %d, run %d", seed, i)
+		}
+	}
+}
+
+// FuzzQueue runs arbitrary operation sequences against the model:
+// go test -fuzz=FuzzQueue ./dispatcher/queue
+func FuzzQueue(f *testing.F) {
+	f.Add([]byte{1, 9, 3, 1, 0, 0, 7, 0, 0, 5, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 2, 0, 5, 0, 10, 40})
+	f.Add([]byte{0, 9, 4, 4, 2, 2, 15, 1, 1, 3, 1, 1, 0, 2, 5, 2, 1, 3, 1, 1, 2, 2, 0, 0, 0, 3, 0, 0, 1, 0, 1, 1, 2, 2, 5, 0, 8, 1, 10, 60, 4, 0, 11})
+	f.Add([]byte("tiergate fuzz seed: admit cancel release policy advance kick"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		runOps(t, data)
+	})
+}
