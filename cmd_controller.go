@@ -41,6 +41,8 @@ func runController(args []string, stdout, stderr io.Writer) int {
 	tokenFile := fs.String("push-token-file", "", "file holding the bearer token sent with every policy push (re-read before each push)")
 	resync := fs.Duration("resync-period", 30*time.Second, "push to every dispatcher at least this often, even when it holds the current policy")
 	pushTimeout := fs.Duration("push-timeout", 5*time.Second, "timeout of one policy push")
+	qps := fs.Float64("kube-api-qps", 50, "queries per second to the API server (client-side limit)")
+	burst := fs.Int("kube-api-burst", 100, "burst of queries to the API server (client-side limit)")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(fs)
 	fs.Usage = func() {
@@ -55,6 +57,10 @@ func runController(args []string, stdout, stderr io.Writer) int {
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "tiergate controller: unexpected arguments %q\n", fs.Args())
+		return 2
+	}
+	if *qps <= 0 || *burst <= 0 {
+		fmt.Fprintf(stderr, "tiergate controller: --kube-api-qps (%v) and --kube-api-burst (%d) must be positive\n", *qps, *burst)
 		return 2
 	}
 	if *resync <= 0 || *pushTimeout <= 0 {
@@ -74,6 +80,9 @@ func runController(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "tiergate controller:", err)
 		return 1
 	}
+	// client-go's default of 5 QPS would delay a scale event's status
+	// writes, and the push behind them, by hundreds of milliseconds.
+	cfg.QPS, cfg.Burst = float32(*qps), *burst
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
 		fmt.Fprintln(stderr, "tiergate controller:", err)

@@ -224,14 +224,6 @@ func (r *PoolReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 	mem.contentHash, mem.version = hash, version
 	poolConcurrency.WithLabelValues(req.String()).Set(float64(bounds.Pool.Concurrency))
 
-	// Tier and quota status, and events on bound changes.
-	if err := r.writeTierStatus(ctx, &pool, obs, bounds, now); err != nil {
-		return reconcile.Result{}, err
-	}
-	if err := r.writeQuotaStatus(ctx, &pool, obs, bounds, now); err != nil {
-		return reconcile.Result{}, err
-	}
-
 	// Push. With no tiers there is no valid policy: dispatchers keep theirs.
 	resync := false
 	nowT := r.Clock.Now()
@@ -243,6 +235,15 @@ func (r *PoolReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 		targets = nil
 	}
 	r.Pusher.Sync(req.NamespacedName, targets, resync)
+
+	// Tier and quota status after the push has started: it is for people,
+	// the push is for traffic.
+	if err := r.writeTierStatus(ctx, &pool, obs, bounds, now); err != nil {
+		return reconcile.Result{}, err
+	}
+	if err := r.writeQuotaStatus(ctx, &pool, obs, bounds, now); err != nil {
+		return reconcile.Result{}, err
+	}
 
 	if r.ResyncPeriod > 0 {
 		return reconcile.Result{RequeueAfter: r.ResyncPeriod - nowT.Sub(mem.lastResync)}, nil

@@ -1,0 +1,296 @@
+package controller
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/tiergate/tiergate/api/v1alpha1"
+)
+
+// Shared by every test of the package; set up once in TestMain.
+var (
+	repoRoot    string
+	kubectlBin  string
+	tiergateBin string // the real binary, built once
+	simBin      string // hack/simserver, built once
+	tmpDir      string
+	adminConfig string // kubeconfig of the envtest admin, for kubectl
+	ctrlConfig  string // kubeconfig of the controller's service account user
+	pushToken   string // the controller's --push-token-file
+	k8s         client.Client
+	testEnv     *envtest.Environment
+	ctrlProc    *controllerProcess
+)
+
+// controllerNamespace holds the controller's RBAC and its leader Lease.
+const controllerNamespace = "tiergate-system"
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	if err := setUp(); err != nil {
+		fmt.Fprintln(os.Stderr, "test/controller:", err)
+		tearDown()
+		return 1
+	}
+	code := m.Run()
+	// Least privilege must still be enough: any refusal by RBAC fails.
+	if ctrlProc != nil && strings.Contains(ctrlProc.log.String(), "forbidden") {
+		fmt.Fprintln(os.Stderr, "test/controller: the controller was refused by RBAC (see its log)")
+		code = 1
+	}
+	if code != 0 && ctrlProc != nil {
+		fmt.Fprintf(os.Stderr, "--- controller log (last 60 lines) ---\n%s\n", ctrlProc.tail(60))
+	}
+	if err := tearDown(); err != nil && code == 0 {
+		code = 1
+	}
+	return code
+}
+
+func tearDown() error {
+	var firstErr error
+	if ctrlProc != nil {
+		ctrlProc.stop()
+	}
+	if testEnv != nil {
+		if err := testEnv.Stop(); err != nil {
+			fmt.Fprintln(os.Stderr, "test/controller: stopping the control plane:", err)
+			firstErr = err
+		}
+	}
+	if tmpDir != "" {
+		_ = os.RemoveAll(tmpDir)
+	}
+	return firstErr
+}
+
+func setUp() error {
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		return err
+	}
+	repoRoot = root
+	assets := os.Getenv("KUBEBUILDER_ASSETS")
+	if assets == "" {
+		assets = filepath.Join(root, "bin", "k8s")
+	}
+	for _, name := range []string{"kube-apiserver", "etcd", "kubectl"} {
+		if fi, err := os.Stat(filepath.Join(assets, name)); err != nil || fi.Mode()&0o111 == 0 {
+			return fmt.Errorf("control-plane binary %s/%s is missing; run `make tools` first", assets, name)
+		}
+	}
+	kubectlBin = filepath.Join(assets, "kubectl")
+	if tmpDir, err = os.MkdirTemp("", "tiergate-controller-e2e-"); err != nil {
+		return err
+	}
+
+	// The real binaries: the controller and dispatcher are one binary.
+	tiergateBin = filepath.Join(tmpDir, "tiergate")
+	simBin = filepath.Join(tmpDir, "simserver")
+	for out, pkg := range map[string]string{tiergateBin: ".", simBin: "./hack/simserver"} {
+		cmd := exec.Command("go", "build", "-o", out, pkg)
+		cmd.Dir = root
+		if b, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("go build %s: %v\n%s", pkg, err, b)
+		}
+	}
+
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return err
+	}
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		return err
+	}
+	testEnv = &envtest.Environment{
+		Scheme:                scheme,
+		CRDDirectoryPaths:     []string{filepath.Join(root, "config", "crd", "bases")},
+		ErrorIfCRDPathMissing: true,
+		BinaryAssetsDirectory: assets,
+	}
+	cfg, err := testEnv.Start()
+	if err != nil {
+		return fmt.Errorf("starting kube-apiserver and etcd from %s: %w", assets, err)
+	}
+	if k8s, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {
+		return err
+	}
+	adminConfig = filepath.Join(tmpDir, "admin.kubeconfig")
+	if err := os.WriteFile(adminConfig, testEnv.KubeConfig, 0o600); err != nil {
+		return err
+	}
+
+	// The controller runs as its ServiceAccount's user name, with exactly
+	// the RBAC of config/rbac: a missing rule fails these tests.
+	ctx := context.Background()
+	if err := k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: controllerNamespace}}); err != nil {
+		return err
+	}
+	if out, err := kubectlCmd("apply", "-n", controllerNamespace, "-k", filepath.Join(root, "config", "rbac")); err != nil {
+		return fmt.Errorf("kubectl apply -k config/rbac: %v\n%s", err, out)
+	}
+	user, err := testEnv.AddUser(envtest.User{
+		Name:   "system:serviceaccount:" + controllerNamespace + ":tiergate-controller",
+		Groups: []string{"system:serviceaccounts", "system:authenticated"},
+	}, nil)
+	if err != nil {
+		return err
+	}
+	kc, err := user.KubeConfig()
+	if err != nil {
+		return err
+	}
+	ctrlConfig = filepath.Join(tmpDir, "controller.kubeconfig")
+	if err := os.WriteFile(ctrlConfig, kc, 0o600); err != nil {
+		return err
+	}
+	pushToken = filepath.Join(tmpDir, "push-token")
+	if err := os.WriteFile(pushToken, []byte("e2e-push-token-0123456789\n"), 0o600); err != nil {
+		return err
+	}
+	ctrlProc, err = startController()
+	return err
+}
+
+// kubectlCmd runs bin/k8s/kubectl as the envtest admin.
+func kubectlCmd(args ...string) ([]byte, error) {
+	return kubectlStdin(nil, args...)
+}
+
+func kubectlStdin(stdin []byte, args ...string) ([]byte, error) {
+	cmd := exec.Command(kubectlBin, append([]string{"--kubeconfig", adminConfig}, args...)...)
+	if stdin != nil {
+		cmd.Stdin = bytes.NewReader(stdin)
+	}
+	return cmd.CombinedOutput()
+}
+
+// controllerProcess is `tiergate controller` running as a child process.
+type controllerProcess struct {
+	cmd       *exec.Cmd
+	probeAddr string
+	metrics   string
+	log       *lockedBuffer
+	done      chan struct{}
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func (c *controllerProcess) tail(n int) string {
+	lines := strings.Split(strings.TrimRight(c.log.String(), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// startController starts the controller and waits until it leads.
+func startController() (*controllerProcess, error) {
+	ports, err := freePorts("127.0.0.1", 2)
+	if err != nil {
+		return nil, err
+	}
+	c := &controllerProcess{
+		probeAddr: fmt.Sprintf("127.0.0.1:%d", ports[0]),
+		metrics:   fmt.Sprintf("127.0.0.1:%d", ports[1]),
+		log:       &lockedBuffer{},
+		done:      make(chan struct{}),
+	}
+	c.cmd = exec.Command(tiergateBin, "controller",
+		"--kubeconfig", ctrlConfig,
+		"--leader-elect=true",
+		"--leader-election-namespace", controllerNamespace,
+		"--metrics-bind-address", c.metrics,
+		"--health-probe-bind-address", c.probeAddr,
+		"--push-token-file", pushToken,
+		"--resync-period", "500ms",
+		"--push-timeout", "1s",
+		"--zap-log-level", logLevel(),
+	)
+	c.cmd.Stdout, c.cmd.Stderr = c.log, c.log
+	if err := c.cmd.Start(); err != nil {
+		return nil, err
+	}
+	go func() { _ = c.cmd.Wait(); close(c.done) }()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		select {
+		case <-c.done:
+			return nil, fmt.Errorf("the controller exited at start:\n%s", c.tail(40))
+		default:
+		}
+		if strings.Contains(strings.ToLower(c.log.String()), "successfully acquired lease") {
+			if resp, err := http.Get("http://" + c.probeAddr + "/readyz"); err == nil {
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusOK {
+					return c, nil
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			c.stop()
+			return nil, fmt.Errorf("the controller did not lead and become ready within 30s:\n%s", c.tail(40))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// stop sends SIGTERM and waits; SIGKILL after 10s.
+func (c *controllerProcess) stop() {
+	select {
+	case <-c.done:
+		return
+	default:
+	}
+	_ = c.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-c.done:
+	case <-time.After(10 * time.Second):
+		_ = c.cmd.Process.Kill()
+		<-c.done
+	}
+}
+
+// logLevel is the controller's --zap-log-level; TIERGATE_E2E_LOG_LEVEL=debug
+// helps when a test fails.
+func logLevel() string {
+	if l := os.Getenv("TIERGATE_E2E_LOG_LEVEL"); l != "" {
+		return l
+	}
+	return "info"
+}
