@@ -445,3 +445,10 @@ func (d *disp) terminate(t *testing.T) {
 		t.Fatalf("dispatcher exit: %v\n%s", err, d.p.output())
 	}
 }
+
+func policyTier(name string, base int, wait float64, bound, conc, qlimit int) policy.Tier {
+	return policy.Tier{Name: name, BasePriority: base, TolerableWaitSeconds: wait, QueueBound: bound,
+		TenantConcurrencyLimit: conc, TenantQueueLimit: qlimit}
+}
+
+func tenant(id, tier string) policy.Tenant { return policy.Tenant{ID: id, Tier: tier} }
