@@ -395,7 +395,7 @@ func TestDrain(t *testing.T) {
 		queuedCode   int
 	}{
 		"queued request served within the drain timeout": {drainTimeout: "5s", queuedCode: 200},
-		"queued request refused at the drain timeout":     {drainTimeout: "300ms", queuedCode: 503},
+		"queued request refused at the drain timeout":    {drainTimeout: "300ms", queuedCode: 503},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
