@@ -1,0 +1,308 @@
+package controllers
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/tiergate/tiergate/api/v1alpha1"
+)
+
+var (
+	t0 = metav1.NewTime(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	t1 = metav1.NewTime(t0.Add(time.Minute))
+)
+
+// condRow is a condition without its timestamp and generation.
+type condRow struct {
+	Type, Status, Reason, Message string
+}
+
+func condRows(conds []metav1.Condition) map[string]condRow {
+	out := map[string]condRow{}
+	for _, c := range conds {
+		out[c.Type] = condRow{c.Type, string(c.Status), c.Reason, c.Message}
+	}
+	return out
+}
+
+func seedBounds(t *testing.T, replicas int32, dispatchers int) Bounds {
+	t.Helper()
+	b, err := ComputeBounds(BoundsInput{Pool: seedPool(withClientTimeout(30 * time.Second)), ReadyReplicas: replicas, Tiers: seedTiers(), Dispatchers: dispatchers})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func TestDesiredPoolStatus(t *testing.T) {
+	unauthorized := PodState{Result: PushUnauthorized, Failures: 1, Err: fmt.Errorf("%w: 10.0.0.2:9090 answered 401", ErrPushUnauthorized)}
+	rejected := PodState{Result: PushRejected, Failures: 1, Err: fmt.Errorf("%w: 10.0.0.3:9090 answered 400: bad", ErrPushRejected)}
+	unreachable := func(n int) PodState {
+		return PodState{Result: PushUnreachable, Failures: n, Err: fmt.Errorf("%w: 10.0.0.4:9090: connection refused", ErrPushUnreachable)}
+	}
+	horizon := condRow{"AgeingHorizonExceedsClientTimeout", "True", "HorizonExceedsClientTimeout",
+		"ageing horizon 2m0s (6s per point × 20 points) exceeds clientTimeout 30s: under sustained load of the top tier a request of the lowest tier expires before ageing lifts it, so the starvation guarantee is void"}
+	ready := condRow{"Ready", "True", "PoolReady", "24 slots on 6 ready replicas (6 backends), serving 4 requests/s with a service time of 6s"}
+	healthy := condRow{"Degraded", "False", "Healthy", "every dispatcher accepts pushes"}
+	tests := map[string]struct {
+		view   poolView
+		counts v1alpha1.DispatcherCounts
+		want   map[string]condRow
+	}{
+		"all synced": {
+			view: poolView{DeploymentFound: true, Bounds: seedBounds(t, 6, 2), Backends: 6, HasTiers: true, Version: 7,
+				Dispatchers: []dispatcherView{{Name: "d-0", Ready: true, Acked: 7}, {Name: "d-1", Ready: false, Acked: 7}}},
+			counts: v1alpha1.DispatcherCounts{Total: 2, Ready: 1, Synced: 2},
+			want: map[string]condRow{"Ready": ready, "Degraded": healthy, "AgeingHorizonExceedsClientTimeout": horizon,
+				"Synced": {"Synced", "True", "AllDispatchersSynced", "2/2 dispatchers hold policy version 7"}},
+		},
+		"one behind, a wrong token": {
+			view: poolView{DeploymentFound: true, Bounds: seedBounds(t, 6, 2), Backends: 6, HasTiers: true, Version: 7,
+				Dispatchers: []dispatcherView{{Name: "d-0", Ready: true, Acked: 7}, {Name: "d-1", Acked: 0, State: unauthorized}}},
+			counts: v1alpha1.DispatcherCounts{Total: 2, Ready: 1, Synced: 1},
+			want: map[string]condRow{"Ready": ready, "AgeingHorizonExceedsClientTimeout": horizon,
+				"Synced":   {"Synced", "False", "SyncPending", "1/2 dispatchers hold policy version 7; waiting for d-1"},
+				"Degraded": {"Degraded", "True", "PushUnauthorized", "d-1 refused the push token (check --push-token-file against the dispatchers' --admin-token-file): dispatcher refused the push token: 10.0.0.2:9090 answered 401"}},
+		},
+		"a token refusal outranks a rejected policy and an unreachable pod": {
+			view: poolView{DeploymentFound: true, Bounds: seedBounds(t, 6, 3), Backends: 6, HasTiers: true, Version: 2, UnreachableStrike: 3,
+				Dispatchers: []dispatcherView{{Name: "d-2", State: unreachable(5)}, {Name: "d-1", State: rejected}, {Name: "d-0", State: unauthorized}}},
+			counts: v1alpha1.DispatcherCounts{Total: 3},
+			want: map[string]condRow{"Ready": ready, "AgeingHorizonExceedsClientTimeout": horizon,
+				"Synced":   {"Synced", "False", "SyncPending", "0/3 dispatchers hold policy version 2; waiting for d-0, d-1, d-2"},
+				"Degraded": {"Degraded", "True", "PushUnauthorized", "d-0 refused the push token (check --push-token-file against the dispatchers' --admin-token-file): dispatcher refused the push token: 10.0.0.2:9090 answered 401"}},
+		},
+		"a rejected policy": {
+			view: poolView{DeploymentFound: true, Bounds: seedBounds(t, 6, 1), Backends: 6, HasTiers: true, Version: 2,
+				Dispatchers: []dispatcherView{{Name: "d-1", State: rejected}}},
+			counts: v1alpha1.DispatcherCounts{Total: 1},
+			want: map[string]condRow{"Ready": ready, "AgeingHorizonExceedsClientTimeout": horizon,
+				"Synced":   {"Synced", "False", "SyncPending", "0/1 dispatchers hold policy version 2; waiting for d-1"},
+				"Degraded": {"Degraded", "True", "PushRejected", "d-1 rejected the policy: dispatcher rejected the policy: 10.0.0.3:9090 answered 400: bad"}},
+		},
+		"unreachable degrades only after the strike count": {
+			view: poolView{DeploymentFound: true, Bounds: seedBounds(t, 6, 1), Backends: 6, HasTiers: true, Version: 2, UnreachableStrike: 3,
+				Dispatchers: []dispatcherView{{Name: "d-0", State: unreachable(2)}}},
+			counts: v1alpha1.DispatcherCounts{Total: 1},
+			want: map[string]condRow{"Ready": ready, "AgeingHorizonExceedsClientTimeout": horizon, "Degraded": healthy,
+				"Synced": {"Synced", "False", "SyncPending", "0/1 dispatchers hold policy version 2; waiting for d-0"}},
+		},
+		"unreachable at the strike count": {
+			view: poolView{DeploymentFound: true, Bounds: seedBounds(t, 6, 1), Backends: 6, HasTiers: true, Version: 2, UnreachableStrike: 3,
+				Dispatchers: []dispatcherView{{Name: "d-0", State: unreachable(3)}}},
+			counts: v1alpha1.DispatcherCounts{Total: 1},
+			want: map[string]condRow{"Ready": ready, "AgeingHorizonExceedsClientTimeout": horizon,
+				"Synced":   {"Synced", "False", "SyncPending", "0/1 dispatchers hold policy version 2; waiting for d-0"},
+				"Degraded": {"Degraded", "True", "DispatcherUnreachable", "d-0 unreachable, retrying with backoff: dispatcher unreachable: 10.0.0.4:9090: connection refused"}},
+		},
+		"no deployment, no dispatchers": {
+			view:   poolView{DeploymentFound: false, Bounds: seedBounds(t, 0, 0), HasTiers: true, Version: 1},
+			counts: v1alpha1.DispatcherCounts{},
+			want: map[string]condRow{"AgeingHorizonExceedsClientTimeout": horizon, "Degraded": healthy,
+				"Ready":  {"Ready", "False", "DeploymentNotFound", "the Deployment named in spec.deploymentRef does not exist; the policy has 0 slots"},
+				"Synced": {"Synced", "False", "NoDispatchers", "no pod with an IP matches spec.dispatchers.selector"}},
+		},
+		"zero ready replicas": {
+			view:   poolView{DeploymentFound: true, Bounds: seedBounds(t, 0, 1), HasTiers: true, Version: 1, Dispatchers: []dispatcherView{{Name: "d-0", Acked: 1}}},
+			counts: v1alpha1.DispatcherCounts{Total: 1, Synced: 1},
+			want: map[string]condRow{"AgeingHorizonExceedsClientTimeout": horizon, "Degraded": healthy,
+				"Ready":  {"Ready", "False", "NoReadyReplicas", "the Deployment has no ready replicas; the policy has 0 slots and dispatchers answer 503"},
+				"Synced": {"Synced", "True", "AllDispatchersSynced", "1/1 dispatchers hold policy version 1"}},
+		},
+		"ready replicas but no Ready pod": {
+			view:   poolView{DeploymentFound: true, Bounds: seedBounds(t, 6, 1), Backends: 0, HasTiers: true, Version: 1, Dispatchers: []dispatcherView{{Name: "d-0", Acked: 1}}},
+			counts: v1alpha1.DispatcherCounts{Total: 1, Synced: 1},
+			want: map[string]condRow{"AgeingHorizonExceedsClientTimeout": horizon, "Degraded": healthy,
+				"Ready":  {"Ready", "False", "NoReadyReplicas", "the Deployment reports 6 ready replicas but no Ready pod with an IP matches its selector; the policy has 0 slots"},
+				"Synced": {"Synced", "True", "AllDispatchersSynced", "1/1 dispatchers hold policy version 1"}},
+		},
+		"no tiers": {
+			view:   poolView{DeploymentFound: true, Bounds: seedBounds(t, 6, 1), Backends: 6, HasTiers: false, Version: 1, Dispatchers: []dispatcherView{{Name: "d-0"}}},
+			counts: v1alpha1.DispatcherCounts{Total: 1},
+			want: map[string]condRow{"AgeingHorizonExceedsClientTimeout": horizon, "Degraded": healthy,
+				"Ready":  {"Ready", "False", "NoTiers", "no ServiceTier references this pool; no policy is pushed and dispatchers keep their last one"},
+				"Synced": {"Synced", "False", "NoTiers", "no policy to push: the pool has no ServiceTier"}},
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			tc.view.Generation = 3
+			st := desiredPoolStatus(v1alpha1.ModelPoolStatus{}, tc.view, t0)
+			if diff := cmp.Diff(tc.want, condRows(st.Conditions)); diff != "" {
+				t.Errorf("conditions (-want +got):\n%s", diff)
+			}
+			if st.Dispatchers != tc.counts {
+				t.Errorf("dispatchers = %+v, want %+v", st.Dispatchers, tc.counts)
+			}
+			for _, c := range st.Conditions {
+				if c.ObservedGeneration != 3 || !c.LastTransitionTime.Equal(&t0) {
+					t.Errorf("%s: observedGeneration %d at %s, want 3 at %s", c.Type, c.ObservedGeneration, c.LastTransitionTime, t0)
+				}
+			}
+			if st.PolicyVersion != tc.view.Version || st.ObservedGeneration != 3 {
+				t.Errorf("policyVersion %d observedGeneration %d", st.PolicyVersion, st.ObservedGeneration)
+			}
+		})
+	}
+}
+
+func TestDesiredPoolStatusValuesAndStableTransitions(t *testing.T) {
+	v := poolView{Generation: 1, DeploymentFound: true, Bounds: seedBounds(t, 6, 1), Backends: 6, HasTiers: true, Version: 4,
+		ObservedService: 5500 * time.Millisecond, Dispatchers: []dispatcherView{{Name: "d-0", Ready: true, Acked: 4}}}
+	first := desiredPoolStatus(v1alpha1.ModelPoolStatus{}, v, t0)
+	want := v1alpha1.ModelPoolStatus{
+		ObservedGeneration: 1, ReadyReplicas: 6, PoolConcurrency: 24, ServiceRate: "4",
+		AgeingRate: &metav1.Duration{Duration: 6 * time.Second}, ObservedServiceTime: &metav1.Duration{Duration: 5500 * time.Millisecond},
+		Dispatchers: v1alpha1.DispatcherCounts{Total: 1, Ready: 1, Synced: 1}, PolicyVersion: 4, Conditions: first.Conditions,
+	}
+	if diff := cmp.Diff(want, first); diff != "" {
+		t.Errorf("status (-want +got):\n%s", diff)
+	}
+	// Recomputed later with nothing changed: identical, so nothing is
+	// written and no transition time moves.
+	again := desiredPoolStatus(first, v, t1)
+	if diff := cmp.Diff(first, again); diff != "" {
+		t.Errorf("recomputed status differs (-first +again):\n%s", diff)
+	}
+	// A change moves only the changed condition's time.
+	v.Dispatchers[0].Acked = 3
+	v.Version = 5
+	changed := desiredPoolStatus(first, v, t1)
+	for _, c := range changed.Conditions {
+		wantT := t0
+		if c.Type == v1alpha1.ModelPoolSynced {
+			wantT = t1
+		}
+		if !c.LastTransitionTime.Equal(&wantT) {
+			t.Errorf("%s transitioned at %s, want %s", c.Type, c.LastTransitionTime, wantT)
+		}
+	}
+}
+
+func TestHorizonWithoutClientTimeout(t *testing.T) {
+	b, err := ComputeBounds(BoundsInput{Pool: seedPool(), ReadyReplicas: 6, Tiers: seedTiers()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := desiredPoolStatus(v1alpha1.ModelPoolStatus{}, poolView{DeploymentFound: true, Bounds: b, Backends: 1, HasTiers: true}, t0)
+	want := condRow{"AgeingHorizonExceedsClientTimeout", "False", "HorizonWithinClientTimeout", "ageing horizon 2m0s (6s per point × 20 points); no clientTimeout is set"}
+	if diff := cmp.Diff(want, condRows(st.Conditions)["AgeingHorizonExceedsClientTimeout"]); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+}
+
+func TestDesiredTierStatus(t *testing.T) {
+	b := seedBounds(t, 6, 1)
+	st := desiredTierStatus(v1alpha1.ServiceTierStatus{}, 2, b.Tiers[2], b.Pool, t0)
+	if st.QueueBound != 120 || st.TenantConcurrencyLimit != 1 || st.TenantQueueLimit != 4 || st.MaxWait.Duration != 181*time.Second || st.Guarantee != b.Tiers[2].Guarantee {
+		t.Errorf("free tier status %+v", st)
+	}
+	want := condRow{"Ready", "True", "BoundsComputed", "queue bound 120, tenant limits 1 in flight and 4 queued, for 24 pool slots"}
+	if diff := cmp.Diff(want, condRows(st.Conditions)["Ready"]); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+	zero := seedBounds(t, 0, 1)
+	st = desiredTierStatus(st, 2, zero.Tiers[2], zero.Pool, t1)
+	if st.MaxWait != nil || st.QueueBound != 1 {
+		t.Errorf("zero replicas: maxWait %v bound %d, want none and 1", st.MaxWait, st.QueueBound)
+	}
+	want = condRow{"Ready", "False", "PoolNotReady", "the pool has no ready replicas: every bound is at its floor of 1 and nothing is served"}
+	if diff := cmp.Diff(want, condRows(st.Conditions)["Ready"]); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+	st = orphanTierStatus(st, 2, "llm", t1)
+	want = condRow{"Ready", "False", "PoolNotFound", `ModelPool "llm" does not exist`}
+	if diff := cmp.Diff(want, condRows(st.Conditions)["Ready"]); diff != "" || st.QueueBound != 0 || st.Guarantee != "" {
+		t.Errorf("orphan: bound %d guarantee %q, condition (-want +got):\n%s", st.QueueBound, st.Guarantee, diff)
+	}
+}
+
+func TestDesiredQuotaStatus(t *testing.T) {
+	acme := TenantBounds{QuotaName: "acme", Tenant: "acme", Tier: "premium", EffectiveLimit: 6, APIKeys: 2}
+	tests := map[string]struct {
+		view      quotaView
+		wantLimit int32
+		wantKeys  int32
+		wantPool  string
+		want      condRow
+	}{
+		"active": {quotaView{Pool: "llm", Tenant: acme}, 6, 2, "llm",
+			condRow{"Ready", "True", "Active", `tenant "acme" in tier "premium" may hold 6 requests in flight`}},
+		"active with a shared key": {quotaView{Pool: "llm", Tenant: func() TenantBounds { b := acme; b.SharedKeys = 1; return b }()}, 6, 1, "llm",
+			condRow{"Ready", "True", "Active", `tenant "acme" in tier "premium" may hold 6 requests in flight; 1 of its API keys also belong to another tenant and are ignored`}},
+		"tier missing": {quotaView{TierMissing: true, Tenant: TenantBounds{Tenant: "acme", Tier: "gold", TierNotFound: true}}, 0, 0, "",
+			condRow{"Ready", "False", "TierNotFound", `ServiceTier "gold" does not exist; tenant "acme" is in no policy`}},
+		"pool missing": {quotaView{PoolMissing: true, Tenant: TenantBounds{Tenant: "acme", Tier: "premium"}}, 0, 0, "",
+			condRow{"Ready", "False", "PoolNotFound", `the ModelPool of ServiceTier "premium" does not exist; tenant "acme" is in no policy`}},
+		"duplicate": {quotaView{Pool: "llm", Tenant: TenantBounds{Tenant: "acme", Tier: "premium", Duplicate: true, DuplicateOf: "acme-old"}}, 0, 0, "llm",
+			condRow{"Ready", "False", "DuplicateTenant", `TenantQuota "acme-old", created earlier, already places tenant "acme"; this one is ignored`}},
+		"secret missing": {quotaView{Pool: "llm", Tenant: TenantBounds{Tenant: "acme", Tier: "premium", EffectiveLimit: 6}, SecretName: "keys", SecretMissing: true}, 6, 0, "llm",
+			condRow{"Ready", "False", "SecretNotFound", `Secret "keys" does not exist; tenant "acme" is in the policy with no API keys`}},
+		"secret key missing": {quotaView{Pool: "llm", Tenant: acme, SecretName: "keys", KeysMissing: []string{"k3"}}, 6, 2, "llm",
+			condRow{"Ready", "False", "SecretKeyMissing", `Secret "keys" has no non-empty key k3; the other 2 keys are in force`}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			st := desiredQuotaStatus(v1alpha1.TenantQuotaStatus{}, tc.view, t0)
+			if st.EffectiveConcurrencyLimit != tc.wantLimit || st.APIKeys != tc.wantKeys || st.Pool != tc.wantPool {
+				t.Errorf("limit %d keys %d pool %q, want %d %d %q", st.EffectiveConcurrencyLimit, st.APIKeys, st.Pool, tc.wantLimit, tc.wantKeys, tc.wantPool)
+			}
+			if diff := cmp.Diff(tc.want, condRows(st.Conditions)["Ready"]); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestBoundChanges(t *testing.T) {
+	after := seedBounds(t, 3, 1).Tiers // 10/40/60
+	tests := map[string]struct {
+		before map[string]int32
+		want   string
+	}{
+		"scaled down":                {map[string]int32{"premium": 20, "standard": 80, "free": 120}, "premium 20→10, standard 80→40, free 120→60"},
+		"only what changed":          {map[string]int32{"premium": 20, "standard": 40, "free": 60}, "premium 20→10"},
+		"first computation is quiet": {map[string]int32{"premium": 0, "standard": 0, "free": 0}, ""},
+		"unchanged is quiet":         {map[string]int32{"premium": 10, "standard": 40, "free": 60}, ""},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			if got := boundChanges(tc.before, after); got != tc.want {
+				t.Errorf("boundChanges = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestOptionsValidate(t *testing.T) {
+	tests := map[string]struct {
+		opts Options
+		want string
+	}{
+		"defaults are valid":  {Options{}, ""},
+		"negative timeout":    {Options{PushTimeout: -time.Second}, "invalid controller options: push timeout -1s must be positive"},
+		"tolerance of 1":      {Options{MeasuredTolerance: 1}, "invalid controller options: measured tolerance 1 must be in [0, 1)"},
+		"negative completion": {Options{MeasuredMinCompletions: -1}, "invalid controller options: measured min completions -1 must be positive"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			o := tc.opts
+			o.defaults()
+			err := o.validate()
+			if tc.want == "" {
+				if err != nil {
+					t.Fatalf("validate: %v", err)
+				}
+				return
+			}
+			if !errors.Is(err, ErrInvalidOptions) || err.Error() != tc.want {
+				t.Errorf("validate = %v, want %q", err, tc.want)
+			}
+		})
+	}
+}
