@@ -6,11 +6,10 @@ package queue
 // fix and removal without interface conversions.
 
 func tenantLess(a, b *tenant) bool {
-	x, y := a.head, b.head
-	if x.key != y.key {
-		return x.key < y.key
+	if a.hkey != b.hkey {
+		return a.hkey < b.hkey
 	}
-	return x.seq < y.seq
+	return a.hseq < b.hseq
 }
 
 func (q *Queue) heapSwap(i, j int) {

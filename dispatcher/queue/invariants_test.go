@@ -61,6 +61,9 @@ func checkStructure(q *Queue) error {
 		if q.runnable(ts) != (ts.idx >= 0) {
 			return fmt.Errorf("tenant %q: runnable=%v but heap index %d", id, q.runnable(ts), ts.idx)
 		}
+		if ts.head != nil && (ts.hkey != ts.head.key || ts.hseq != ts.head.seq) {
+			return fmt.Errorf("tenant %q: cached head key stale", id)
+		}
 		if ts.idx >= 0 {
 			runnable++
 			if ts.idx >= len(q.heap) || q.heap[ts.idx] != ts {

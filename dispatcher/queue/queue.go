@@ -131,6 +131,10 @@ type tenant struct {
 	queued, inFlight int
 	idx              int // index in Queue.heap, -1 when not runnable
 	gateBlocked      bool
+	// the head job's key and seq, cached so heap comparisons touch only
+	// tenants and not jobs scattered across memory
+	hkey int64
+	hseq uint64
 }
 
 type listedTenant struct {
@@ -174,6 +178,8 @@ type Queue struct {
 	completed      uint64
 	doubleReleases uint64
 	totals         Totals
+
+	onDispatch func(*Handle) // tests and benchmarks only: called under mu
 }
 
 // New returns an empty queue that admits nothing until UpdatePolicy. It
@@ -325,6 +331,9 @@ func (q *Queue) UpdatePolicy(p *policy.Policy) {
 	q.heap = q.heap[:0]
 	for _, ts := range q.tenants {
 		ts.idx = -1
+		if ts.head != nil {
+			ts.hkey, ts.hseq = ts.head.key, ts.head.seq
+		}
 		if q.runnable(ts) {
 			ts.idx = len(q.heap)
 			q.heap = append(q.heap, ts)
@@ -418,6 +427,9 @@ func (q *Queue) runnable(ts *tenant) bool {
 // fixTenant puts ts into, moves it within or takes it out of the runnable
 // heap after any change to its head, counts or limit. O(log T).
 func (q *Queue) fixTenant(ts *tenant) {
+	if ts.head != nil {
+		ts.hkey, ts.hseq = ts.head.key, ts.head.seq
+	}
 	switch {
 	case q.runnable(ts) && ts.idx < 0:
 		q.heapPush(ts)
@@ -674,6 +686,9 @@ func (q *Queue) startJob(j *job, now int64) {
 	h.state = stDispatched
 	h.waited = time.Duration(now - j.enq)
 	q.noteDispatch(j.tr, now)
+	if q.onDispatch != nil {
+		q.onDispatch(h)
+	}
 	q.fixTenant(ts)
 	wake(j)
 }

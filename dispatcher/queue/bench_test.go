@@ -1,0 +1,430 @@
+package queue
+
+import (
+	"container/heap"
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"k8s.io/utils/clock"
+
+	"github.com/tiergate/tiergate/dispatcher/policy"
+)
+
+// Benchmarks compare the queue with seedBaseline, a Go port of the seed
+// scheduler's algorithm, on the same workload: one cycle = admit one job,
+// release the oldest in-flight job, dispatch the next, advance the clock
+// 1ms (a pool completing 1000 requests/s). Reproduce with the command in
+// docs/benchmarks.md.
+
+const (
+	benchTenants = 1000
+	benchSlots   = 64
+	benchStep    = time.Millisecond
+)
+
+var benchTiers = []string{"premium", "standard", "free"}
+
+// benchClock is a minimal manual clock: benchmarks measure the queue, not a
+// fake clock's locking. Expiry is off in these policies, so it never
+// schedules anything.
+type benchClock struct{ now time.Time }
+
+var _ clock.WithDelayedExecution = (*benchClock)(nil)
+
+func (c *benchClock) Now() time.Time                  { return c.now }
+func (c *benchClock) Since(t time.Time) time.Duration { return c.now.Sub(t) }
+func (c *benchClock) Step(d time.Duration)            { c.now = c.now.Add(d) }
+func (c *benchClock) After(time.Duration) <-chan time.Time {
+	panic("benchClock: After")
+}
+func (c *benchClock) NewTimer(time.Duration) clock.Timer { panic("benchClock: NewTimer") }
+func (c *benchClock) Sleep(time.Duration)                { panic("benchClock: Sleep") }
+func (c *benchClock) Tick(time.Duration) <-chan time.Time {
+	panic("benchClock: Tick")
+}
+func (c *benchClock) AfterFunc(time.Duration, func()) clock.Timer {
+	panic("benchClock: AfterFunc")
+}
+
+type stepper interface{ Step(time.Duration) }
+
+// benchPolicy: the seed's three tiers with bounds large enough for the
+// benchmark's steady queue and no expiry.
+func benchPolicy(slots, queued int) *policy.Policy {
+	bound := queued + 1
+	return &policy.Policy{
+		Version: 1, Slots: slots, ServiceRate: 1000, AgeingRate: 6,
+		Authentication: policy.Authentication{Mode: policy.AuthAPIKey},
+		Tiers: []policy.Tier{
+			{Name: "premium", BasePriority: 0, TolerableWaitSeconds: 5, QueueBound: bound, TenantConcurrencyLimit: 4, TenantQueueLimit: bound},
+			{Name: "standard", BasePriority: 10, TolerableWaitSeconds: 20, QueueBound: bound, TenantConcurrencyLimit: 4, TenantQueueLimit: bound},
+			{Name: "free", BasePriority: 20, TolerableWaitSeconds: 60, QueueBound: bound, TenantConcurrencyLimit: 4, TenantQueueLimit: bound},
+		},
+		Backends: []policy.Backend{{Address: "127.0.0.1:8000"}},
+	}
+}
+
+// ring is a FIFO of in-flight jobs.
+type ring[T any] struct {
+	buf        []T
+	head, size int
+}
+
+func (r *ring[T]) push(v T) {
+	if r.size == len(r.buf) {
+		nb := make([]T, max(16, 2*len(r.buf)))
+		for i := range r.size {
+			nb[i] = r.buf[(r.head+i)%len(r.buf)]
+		}
+		r.buf, r.head = nb, 0
+	}
+	r.buf[(r.head+r.size)%len(r.buf)] = v
+	r.size++
+}
+
+func (r *ring[T]) pop() T {
+	v := r.buf[r.head]
+	var zero T
+	r.buf[r.head] = zero
+	r.head = (r.head + 1) % len(r.buf)
+	r.size--
+	return v
+}
+
+// benchWorkload drives the tiergate queue.
+type benchWorkload struct {
+	q        *Queue
+	names    []string
+	tiers    []string
+	next     int
+	inFlight ring[*Handle]
+	fresh    ring[*Handle] // dispatched in this cycle, Wait not yet called
+}
+
+func tenantNamesN(n int, prefix string) []string {
+	s := make([]string, n)
+	for i := range s {
+		s[i] = fmt.Sprint(prefix, i)
+	}
+	return s
+}
+
+// newBenchWorkload fills q to a steady state: every slot busy and queued
+// jobs waiting, spread round-robin over tenants and tiers.
+func newBenchWorkload(q *Queue, tenants, queued int) *benchWorkload {
+	w := &benchWorkload{q: q, names: tenantNamesN(tenants, "t"), tiers: make([]string, tenants)}
+	for i := range w.tiers {
+		w.tiers[i] = benchTiers[i%3]
+	}
+	q.onDispatch = func(h *Handle) { w.fresh.push(h) }
+	for range q.slots + queued {
+		w.admit()
+	}
+	w.collect(context.Background())
+	return w
+}
+
+func (w *benchWorkload) admit() {
+	i := w.next % len(w.names)
+	w.next++
+	if _, err := w.q.Admit(w.names[i], w.tiers[i]); err != nil {
+		panic(err)
+	}
+}
+
+// collect does what a dispatcher's request goroutine does on dispatch:
+// Wait returns, and the job starts running.
+func (w *benchWorkload) collect(ctx context.Context) {
+	for w.fresh.size > 0 {
+		h := w.fresh.pop()
+		if err := h.Wait(ctx); err != nil {
+			panic(err)
+		}
+		w.inFlight.push(h)
+	}
+}
+
+func (w *benchWorkload) cycle(ctx context.Context, clk stepper) {
+	w.admit()
+	w.inFlight.pop().Release()
+	w.collect(ctx)
+	clk.Step(benchStep)
+}
+
+// --- seedBaseline: the seed scheduler's algorithm, ported to Go ----------
+//
+// One binary heap of jobs ordered by (sort key, sequence). A job enters with
+// its tier's base priority as its key. A full rescore recomputes every key
+// as base − waited/ageingRate and re-heapifies; it runs before a dispatch
+// when more than a second has passed since the last one and more than 16
+// jobs are queued. Dispatch pops jobs until one's tenant is under its
+// tier's cap, and pushes every capped job it popped back. Completion
+// decrements the in-flight counts. (Its busy-wait when every job is capped
+// is not modelled: the benchmark never reaches that state.)
+
+type seedJob struct {
+	key    float64
+	seq    uint64
+	tenant string
+	tier   int
+	enq    float64
+}
+
+type seedHeap []*seedJob
+
+func (h seedHeap) Len() int { return len(h) }
+func (h seedHeap) Less(i, j int) bool {
+	if h[i].key != h[j].key {
+		return h[i].key < h[j].key
+	}
+	return h[i].seq < h[j].seq
+}
+func (h seedHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *seedHeap) Push(x any)   { *h = append(*h, x.(*seedJob)) }
+func (h *seedHeap) Pop() any {
+	old := *h
+	n := len(old) - 1
+	j := old[n]
+	old[n] = nil
+	*h = old[:n]
+	return j
+}
+
+type seedBaseline struct {
+	clk           *benchClock
+	epoch         time.Time
+	heap          seedHeap
+	seq           uint64
+	inFlight      int
+	tenantIn      map[string]int
+	queuedByTier  []int
+	lastRescore   float64
+	slots         int
+	rate          float64
+	bases, limits []int
+	bounds        []int
+}
+
+func newSeedBaseline(clk *benchClock, p *policy.Policy) *seedBaseline {
+	s := &seedBaseline{clk: clk, epoch: clk.now, tenantIn: map[string]int{}, slots: p.Slots, rate: p.AgeingRate, queuedByTier: make([]int, len(p.Tiers))}
+	for _, t := range p.Tiers {
+		s.bases = append(s.bases, t.BasePriority)
+		s.limits = append(s.limits, t.TenantConcurrencyLimit)
+		s.bounds = append(s.bounds, t.QueueBound)
+	}
+	return s
+}
+
+func (s *seedBaseline) now() float64 { return s.clk.now.Sub(s.epoch).Seconds() }
+
+func (s *seedBaseline) submit(tenant string, tier int) bool {
+	if s.queuedByTier[tier] >= s.bounds[tier] {
+		return false
+	}
+	heap.Push(&s.heap, &seedJob{key: float64(s.bases[tier]), seq: s.seq, tenant: tenant, tier: tier, enq: s.now()})
+	s.seq++
+	s.queuedByTier[tier]++
+	return true
+}
+
+func (s *seedBaseline) rescore(now float64) {
+	for _, j := range s.heap {
+		j.key = float64(s.bases[j.tier]) - (now-j.enq)/s.rate
+	}
+	heap.Init(&s.heap)
+}
+
+func (s *seedBaseline) nextRunnable() *seedJob {
+	var held []*seedJob
+	var chosen *seedJob
+	for s.heap.Len() > 0 {
+		j := heap.Pop(&s.heap).(*seedJob)
+		if s.tenantIn[j.tenant] < s.limits[j.tier] {
+			chosen = j
+			break
+		}
+		held = append(held, j)
+	}
+	for _, j := range held {
+		heap.Push(&s.heap, j)
+	}
+	return chosen
+}
+
+// dispatch is one pass of the seed's run loop; nil when nothing can run.
+func (s *seedBaseline) dispatch() *seedJob {
+	now := s.now()
+	if now-s.lastRescore > 1.0 && s.heap.Len() > 16 {
+		s.rescore(now)
+		s.lastRescore = now
+	}
+	if s.inFlight >= s.slots || s.heap.Len() == 0 {
+		return nil
+	}
+	j := s.nextRunnable()
+	if j == nil {
+		return nil
+	}
+	s.queuedByTier[j.tier]--
+	s.inFlight++
+	s.tenantIn[j.tenant]++
+	return j
+}
+
+func (s *seedBaseline) release(j *seedJob) {
+	s.inFlight--
+	if n := s.tenantIn[j.tenant] - 1; n > 0 {
+		s.tenantIn[j.tenant] = n
+	} else {
+		delete(s.tenantIn, j.tenant)
+	}
+}
+
+// seedWorkload drives seedBaseline through the same cycle.
+type seedWorkload struct {
+	s        *seedBaseline
+	names    []string
+	next     int
+	inFlight ring[*seedJob]
+}
+
+func newSeedWorkload(s *seedBaseline, tenants, queued int) *seedWorkload {
+	w := &seedWorkload{s: s, names: tenantNamesN(tenants, "t")}
+	for range s.slots + queued {
+		w.submit()
+	}
+	return w
+}
+
+func (w *seedWorkload) submit() {
+	i := w.next % len(w.names)
+	w.next++
+	if !w.s.submit(w.names[i], i%3) {
+		panic("seed refused")
+	}
+	w.drainLoop() // submit wakes the run loop
+}
+
+func (w *seedWorkload) drainLoop() {
+	for {
+		j := w.s.dispatch()
+		if j == nil {
+			return
+		}
+		w.inFlight.push(j)
+	}
+}
+
+func (w *seedWorkload) cycle() {
+	w.submit()
+	w.s.release(w.inFlight.pop())
+	w.drainLoop() // completion wakes the run loop
+	w.s.clk.Step(benchStep)
+}
+
+func BenchmarkDispatch(b *testing.B) {
+	for _, impl := range []string{"tiergate", "seed"} {
+		for _, queued := range []int{1000, 100000, 1000000} {
+			b.Run(fmt.Sprintf("impl=%s/queued=%d", impl, queued), func(b *testing.B) {
+				clk := &benchClock{now: t0}
+				p := benchPolicy(benchSlots, queued)
+				var cycle func()
+				if impl == "tiergate" {
+					q := New(clk)
+					q.UpdatePolicy(p)
+					w := newBenchWorkload(q, benchTenants, queued)
+					ctx := context.Background()
+					cycle = func() { w.cycle(ctx, clk) }
+				} else {
+					w := newSeedWorkload(newSeedBaseline(clk, p), benchTenants, queued)
+					cycle = w.cycle
+				}
+				b.ReportAllocs()
+				b.ResetTimer()
+				for range b.N {
+					cycle()
+				}
+			})
+		}
+	}
+}
+
+// BenchmarkNoisyNeighbour: one premium tenant holds its 4 slots and has
+// `blocked` more jobs queued, older than everyone else's; 100 standard
+// tenants keep 1000 jobs queued and dispatching through the other slots.
+func BenchmarkNoisyNeighbour(b *testing.B) {
+	const others, othersQueued = 100, 1000
+	for _, impl := range []string{"tiergate", "seed"} {
+		for _, blocked := range []int{100, 10000} {
+			b.Run(fmt.Sprintf("impl=%s/blocked=%d", impl, blocked), func(b *testing.B) {
+				clk := &benchClock{now: t0}
+				p := benchPolicy(benchSlots, blocked+othersQueued)
+				p.Tiers[1].TenantConcurrencyLimit = 8
+				names := tenantNamesN(others, "o")
+				var cycle func()
+				if impl == "tiergate" {
+					q := New(clk)
+					q.UpdatePolicy(p)
+					w := &benchWorkload{q: q, names: names, tiers: make([]string, others)}
+					for i := range w.tiers {
+						w.tiers[i] = "standard"
+					}
+					var hog []*Handle
+					for range 4 + blocked {
+						hog = append(hog, mustAdmit(b, q, "hog", "premium"))
+					}
+					q.onDispatch = func(h *Handle) { w.fresh.push(h) }
+					clk.Step(time.Second)
+					for range benchSlots - 4 + othersQueued {
+						w.admit()
+					}
+					w.collect(context.Background())
+					if q.Stats().TenantInFlight["hog"] != 4 || q.Stats().Queued != blocked+othersQueued {
+						b.Fatalf("setup: %+v", q.Stats())
+					}
+					ctx := context.Background()
+					cycle = func() { w.cycle(ctx, clk) }
+				} else {
+					s := newSeedBaseline(clk, p)
+					w := &seedWorkload{s: s, names: names}
+					for i := range 4 + blocked {
+						s.submit("hog", 0)
+						if i < 4 {
+							w.drainLoop()
+						}
+					}
+					w.inFlight = ring[*seedJob]{} // the hog's 4 never finish
+					clk.Step(time.Second)
+					for range benchSlots - 4 + othersQueued {
+						w.submitTo(1)
+					}
+					if s.tenantIn["hog"] != 4 || s.heap.Len() != blocked+othersQueued {
+						b.Fatalf("setup: hog %d queued %d", s.tenantIn["hog"], s.heap.Len())
+					}
+					cycle = func() {
+						w.submitTo(1)
+						s.release(w.inFlight.pop())
+						w.drainLoop()
+						clk.Step(benchStep)
+					}
+				}
+				b.ReportAllocs()
+				b.ResetTimer()
+				for range b.N {
+					cycle()
+				}
+			})
+		}
+	}
+}
+
+func (w *seedWorkload) submitTo(tier int) {
+	i := w.next % len(w.names)
+	w.next++
+	if !w.s.submit(w.names[i], tier) {
+		panic("seed refused")
+	}
+	w.drainLoop()
+}
