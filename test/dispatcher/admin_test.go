@@ -1,0 +1,303 @@
+package dispatcher
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/tiergate/tiergate/dispatcher/policy"
+)
+
+type adminError struct {
+	Error struct {
+		Type           string              `json:"type"`
+		Message        string              `json:"message"`
+		Errors         []policy.FieldError `json:"errors"`
+		CurrentVersion *int64              `json:"current_version"`
+	} `json:"error"`
+}
+
+// TestAdminAPI walks the admin API through every error case in order; the
+// applied policy must survive each refusal.
+func TestAdminAPI(t *testing.T) {
+	s := startSim(t, "--service-time", "0")
+	d := startDispatcher(t, dispOpts{})
+	valid := func(v int64) []byte {
+		b, _ := json.Marshal(basePolicy(v, 2, s.addr))
+		return b
+	}
+	var ack policy.Ack
+	v5 := int64(5)
+	steps := []struct {
+		name          string
+		method, path  string
+		token         string
+		body          []byte
+		wantCode      int
+		wantType      string
+		wantMsg       string
+		wantErrors    []policy.FieldError
+		wantCurrent   *int64
+		wantBody      string
+		wantReadiness int
+	}{
+		{name: "readyz before a policy", method: "GET", path: "/readyz", wantCode: 503, wantBody: "no policy yet\n"},
+		{name: "healthz", method: "GET", path: "/healthz", wantCode: 200, wantBody: "ok\n"},
+		{name: "get policy before any", method: "GET", path: "/v1/policy", token: testToken, wantCode: 404,
+			wantType: "no_policy", wantMsg: "no policy has been applied yet"},
+		{name: "no token", method: "PUT", path: "/v1/policy", body: valid(5), wantCode: 401,
+			wantType: "unauthenticated", wantMsg: `missing bearer token; send "Authorization: Bearer <token>"`},
+		{name: "wrong token", method: "PUT", path: "/v1/policy", token: "nope", body: valid(5), wantCode: 401,
+			wantType: "unauthenticated", wantMsg: "wrong bearer token"},
+		{name: "wrong token on stats", method: "GET", path: "/v1/stats", token: "nope", wantCode: 401,
+			wantType: "unauthenticated", wantMsg: "wrong bearer token"},
+		{name: "apply v5", method: "PUT", path: "/v1/policy", token: testToken, body: valid(5), wantCode: 200},
+		{name: "readyz with a policy", method: "GET", path: "/readyz", wantCode: 200, wantBody: "ok\n"},
+		{name: "not JSON", method: "PUT", path: "/v1/policy", token: testToken, body: []byte("{"), wantCode: 400,
+			wantType: "invalid_policy", wantMsg: "policy: decode: yaml: line 1: did not find expected node content; the previous policy stays"},
+		{name: "unknown field", method: "PUT", path: "/v1/policy", token: testToken, body: []byte(`{"version":6,"tier":"premium"}`), wantCode: 400,
+			wantType: "invalid_policy", wantMsg: `policy: decode: json: unknown field "tier"; the previous policy stays`},
+		{name: "invalid values", method: "PUT", path: "/v1/policy", token: testToken, wantCode: 400,
+			body: func() []byte {
+				p := basePolicy(6, 2, s.addr)
+				p.Tiers[1].QueueBound = 0
+				p.Tenants[0].Tier = "gold"
+				b, _ := json.Marshal(p)
+				return b
+			}(),
+			wantType: "invalid_policy", wantMsg: "the policy has 2 error(s); the previous policy stays",
+			wantErrors: []policy.FieldError{
+				{Field: "tiers[1].queueBound", Message: "must be >= 1, got 0"},
+				{Field: "tenants[0].tier", Message: `names unknown tier "gold"`},
+			}},
+		{name: "older version", method: "PUT", path: "/v1/policy", token: testToken, body: valid(4), wantCode: 409,
+			wantType: "stale_version", wantMsg: "policy version 4 is older than the applied version 5", wantCurrent: &v5},
+		{name: "too large", method: "PUT", path: "/v1/policy", token: testToken, body: []byte(`{"pool":"` + strings.Repeat("x", 9<<20) + `"}`), wantCode: 413,
+			wantType: "body_too_large", wantMsg: "the policy is larger than 8388608 bytes"},
+		{name: "wrong method", method: "DELETE", path: "/v1/policy", token: testToken, wantCode: 405},
+		{name: "same version again (resync)", method: "PUT", path: "/v1/policy", token: testToken, body: valid(5), wantCode: 200},
+	}
+	for _, st := range steps {
+		code, body := d.adminDo(t, st.method, st.path, st.token, st.body)
+		if code != st.wantCode {
+			t.Fatalf("%s: status %d, want %d; body %s", st.name, code, st.wantCode, body)
+		}
+		if st.wantBody != "" && string(body) != st.wantBody {
+			t.Errorf("%s: body %q, want %q", st.name, body, st.wantBody)
+		}
+		if st.wantType != "" {
+			var e adminError
+			if err := json.Unmarshal(body, &e); err != nil {
+				t.Fatalf("%s: %v in %s", st.name, err, body)
+			}
+			if e.Error.Type != st.wantType || e.Error.Message != st.wantMsg {
+				t.Errorf("%s: got %q %q, want %q %q", st.name, e.Error.Type, e.Error.Message, st.wantType, st.wantMsg)
+			}
+			if diff := cmp.Diff(st.wantErrors, e.Error.Errors); diff != "" {
+				t.Errorf("%s: errors (-want +got)\n%s", st.name, diff)
+			}
+			if diff := cmp.Diff(st.wantCurrent, e.Error.CurrentVersion); diff != "" {
+				t.Errorf("%s: current_version (-want +got)\n%s", st.name, diff)
+			}
+		}
+		if st.wantCode == 200 && st.path == "/v1/policy" {
+			if err := json.Unmarshal(body, &ack); err != nil || ack.Version != 5 {
+				t.Errorf("%s: ack %s (%v)", st.name, body, err)
+			}
+		}
+		// Whatever was refused, version 5 stays applied.
+		if code != 200 && st.path == "/v1/policy" && st.method == "PUT" && st.name != "no token" && st.name != "wrong token" {
+			var got policy.Policy
+			getJSON(t, "http://"+d.admin+"/v1/policy", testToken, &got)
+			if got.Version != 5 {
+				t.Errorf("%s: applied version %d after a refusal, want 5", st.name, got.Version)
+			}
+		}
+	}
+
+	// The ack carries measured stats once requests have completed.
+	for range 3 {
+		if r := d.fetch(t, context.Background(), call{tenant: "acme"}); r.code != 200 {
+			t.Fatalf("request: %d %s", r.code, r.body)
+		}
+	}
+	code, body := d.put(t, basePolicy(6, 2, s.addr))
+	if code != 200 {
+		t.Fatalf("PUT v6: %d %s", code, body)
+	}
+	if err := json.Unmarshal(body, &ack); err != nil {
+		t.Fatal(err)
+	}
+	if ack.Version != 6 || ack.Stats.Completed != 3 || ack.Stats.ServiceTimeSeconds <= 0 || ack.Stats.ServiceTimeSeconds > 1 {
+		t.Errorf("ack %s", body)
+	}
+	var got policy.Policy
+	getJSON(t, "http://"+d.admin+"/v1/policy", testToken, &got)
+	if diff := cmp.Diff(*basePolicy(6, 2, s.addr), got); diff != "" {
+		t.Errorf("GET /v1/policy (-want +got)\n%s", diff)
+	}
+}
+
+// Without --admin-token-file the policy endpoints are closed.
+func TestAdminDisabledWithoutToken(t *testing.T) {
+	addr, adm := freeAddr(t), freeAddr(t)
+	p := startProc(t, tiergateBin, "dispatcher", "--listen", addr, "--admin-listen", adm)
+	d := &disp{data: addr, admin: adm, p: p}
+	waitHTTP(t, "http://"+adm+"/healthz", p)
+	code, body := d.adminDo(t, http.MethodPut, "/v1/policy", "anything", []byte(`{}`))
+	var e adminError
+	_ = json.Unmarshal(body, &e)
+	if code != 401 || e.Error.Message != "the admin API is disabled: the dispatcher was started without --admin-token-file" {
+		t.Errorf("got %d %s", code, body)
+	}
+	d.terminate(t)
+}
+
+// --policy-file is re-read when it changes; a bad edit keeps the previous
+// policy and says why in the log.
+func TestPolicyFileReload(t *testing.T) {
+	s := startSim(t, "--service-time", "0")
+	d := startDispatcher(t, dispOpts{policy: basePolicy(1, 2, s.addr)})
+	applied := func() int64 {
+		var p policy.Policy
+		getJSON(t, "http://"+d.admin+"/v1/policy", testToken, &p)
+		return p.Version
+	}
+	if v := applied(); v != 1 {
+		t.Fatalf("version %d at start", v)
+	}
+	p2 := basePolicy(2, 3, s.addr)
+	writePolicy(t, d.policyFile(), p2)
+	eventually(t, "version 2 applied", func() bool { return applied() == 2 })
+	if st := d.stats(t); st.Queue.Slots != 3 {
+		t.Errorf("slots %d after reload, want 3", st.Queue.Slots)
+	}
+
+	if err := os.WriteFile(d.policyFile(), []byte(`{"version": 3, "slots": -1}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the bad edit logged", func() bool {
+		return strings.Contains(d.p.output(), `"msg"="keeping the previous policy"`)
+	})
+	if v := applied(); v != 2 {
+		t.Errorf("version %d after a bad edit, want 2", v)
+	}
+	if r := d.fetch(t, context.Background(), call{tenant: "acme"}); r.code != 200 {
+		t.Errorf("data path after a bad edit: %d", r.code)
+	}
+	d.terminate(t)
+}
+
+// Metrics are checked by scraping /metrics after traffic; the series of a
+// tier that goes away are deleted; goroutines return to their baseline.
+func TestMetricsScrape(t *testing.T) {
+	s := startSim(t, "--concurrency", "16", "--service-time", "const:20ms")
+	d := startDispatcher(t, dispOpts{policy: basePolicy(3, 4, s.addr)})
+	goroutines := func() float64 { return d.scrape(t)["go_goroutines{}"] }
+	load := func(perClient int) {
+		var wg sync.WaitGroup
+		for i := range 8 {
+			tenant := []string{"acme", "initech", "someone"}[i%3]
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range perClient {
+					r := d.fetch(t, context.Background(), call{tenant: tenant, path: "/v1/chat/completions", body: `{"stream":true,"max_tokens":3}`})
+					if r.code != 200 && r.code != 429 {
+						t.Errorf("status %d %s", r.code, r.body)
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		http.DefaultClient.CloseIdleConnections()
+	}
+	// A warm-up at the same concurrency opens the pooled backend
+	// connections; the goroutine baseline and the counters are taken
+	// after it, and the checks below use differences.
+	load(2)
+	time.Sleep(100 * time.Millisecond)
+	baseline := goroutines()
+	d.mustPut(t, basePolicy(3, 4, s.addr))
+	before := d.scrape(t)
+
+	// Load: 8 clients × 25 requests over three tiers, plus one refusal.
+	load(25)
+	d.fetch(t, context.Background(), call{})
+
+	m := d.scrape(t)
+	var ok200, refused429 float64
+	for _, tier := range []string{"premium", "standard", "free"} {
+		k200 := `tiergate_requests_total{code="200",pool="default/llm",tier="` + tier + `"}`
+		k429 := `tiergate_requests_total{code="429",pool="default/llm",tier="` + tier + `"}`
+		ok200 += m[k200] - before[k200]
+		refused429 += m[k429] - before[k429]
+	}
+	if ok200+refused429 != 200 {
+		t.Errorf("200s %v + 429s %v != 200 requests", ok200, refused429)
+	}
+	want := map[string]float64{
+		`tiergate_inflight{pool="default/llm"}`:                                         0,
+		`tiergate_slots{pool="default/llm"}`:                                            4,
+		`tiergate_utilisation{pool="default/llm"}`:                                      0,
+		`tiergate_policy_version{pool="default/llm"}`:                                   3,
+		`tiergate_queue_bound{pool="default/llm",tier="premium"}`:                       20,
+		`tiergate_queue_bound{pool="default/llm",tier="free"}`:                          240,
+		`tiergate_queue_length{pool="default/llm",tier="standard"}`:                     0,
+		`tiergate_oldest_queued_age_seconds{pool="default/llm",tier="free"}`:            0,
+		`tiergate_backend_inflight{backend="` + s.addr + `",pool="default/llm"}`:        0,
+		`tiergate_rejections_total{cause="unauthenticated",pool="default/llm",tier=""}`: 1,
+		`tiergate_requests_total{code="401",pool="default/llm",tier=""}`:                1,
+	}
+	got := map[string]float64{}
+	for k := range want {
+		v, ok := m[k]
+		if !ok {
+			v = -1
+		}
+		got[k] = v
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("(-want +got)\n%s", diff)
+	}
+	var waitCount float64
+	for _, tier := range []string{"premium", "standard", "free"} {
+		k := `tiergate_queue_wait_seconds_count{pool="default/llm",tier="` + tier + `"}`
+		waitCount += m[k] - before[k]
+	}
+	if waitCount != ok200 {
+		t.Errorf("queue_wait observations %v, want one per 200 (%v)", waitCount, ok200)
+	}
+
+	// The standard tier goes away: its series go with it.
+	p := basePolicy(4, 4, s.addr)
+	p.Tiers = append(p.Tiers[:1], p.Tiers[2])
+	p.Tenants = p.Tenants[:2]
+	d.mustPut(t, p)
+	for k := range d.scrape(t) {
+		if strings.Contains(k, `tier="standard"`) {
+			t.Errorf("series of the removed tier still exported: %s", k)
+		}
+	}
+
+	// Goroutines return to (about) the baseline once the load is over: the
+	// scrape itself and idle keep-alive connections may hold a few.
+	var last float64
+	deadline := time.Now().Add(5 * time.Second)
+	for last = goroutines(); last > baseline+4 && time.Now().Before(deadline); last = goroutines() {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if last > baseline+4 {
+		t.Errorf("%v goroutines after the load, baseline %v: a leak", last, baseline)
+	}
+	if st := d.stats(t); st.Active != 0 || st.Queue.InFlight != 0 || st.Queue.Queued != 0 || st.Queue.DoubleReleases != 0 {
+		t.Errorf("after load: %+v", st)
+	}
+}
