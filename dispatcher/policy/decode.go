@@ -24,6 +24,9 @@ var ErrStaleVersion = errors.New("policy: stale version")
 // so both obey the same field names). Unknown fields, duplicate keys and
 // trailing documents are refused. Decode does not validate; call Validate.
 func Decode(data []byte) (*Policy, error) {
+	if err := singleDocument(data); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrDecode, err)
+	}
 	js, err := yaml.YAMLToJSONStrict(data)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrDecode, err)
@@ -69,6 +72,37 @@ func LoadFile(path string) (*Policy, error) {
 func CheckVersion(current, next int64) error {
 	if next < current {
 		return fmt.Errorf("%w: have %d, got %d", ErrStaleVersion, current, next)
+	}
+	return nil
+}
+
+// singleDocument refuses trailing data: a second JSON value after the first
+// or a second YAML document (the YAML converter would read only the first).
+func singleDocument(data []byte) error {
+	trimmed := bytes.TrimLeft(data, " \t\r\n\ufeff")
+	if len(trimmed) > 0 && (trimmed[0] == '{' || trimmed[0] == '[') {
+		dec := json.NewDecoder(bytes.NewReader(trimmed))
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return err
+		}
+		if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+			return errors.New("trailing data after the policy object")
+		}
+		return nil
+	}
+	content := false
+	for _, line := range bytes.Split(data, []byte("\n")) {
+		l := bytes.TrimRight(line, " \t\r")
+		if bytes.Equal(l, []byte("---")) || bytes.HasPrefix(l, []byte("--- ")) {
+			if content {
+				return errors.New("more than one YAML document")
+			}
+			continue
+		}
+		if t := bytes.TrimSpace(l); len(t) > 0 && t[0] != '#' {
+			content = true
+		}
 	}
 	return nil
 }

@@ -140,7 +140,11 @@ func (p *Policy) Validate() error {
 		for k, h := range tn.APIKeySHA256 {
 			hf := fmt.Sprintf("%s.apiKeySHA256[%d]", f, k)
 			if !isSHA256Hex(h) {
-				c.add(hf, "must be 64 lower-case hex digits (a SHA-256), got %d characters", len(h))
+				if len(h) != 64 {
+					c.add(hf, "must be 64 lower-case hex digits (a SHA-256), got %d characters", len(h))
+				} else {
+					c.add(hf, "must be 64 lower-case hex digits (a SHA-256), got %q at offset %d", h[badHex(h)], badHex(h))
+				}
 				continue
 			}
 			if other, dup := hashes[h]; dup {
@@ -184,6 +188,16 @@ func isSHA256Hex(s string) bool {
 		}
 	}
 	return true
+}
+
+// badHex is the offset of the first character that is not lower-case hex.
+func badHex(s string) int {
+	for i := 0; i < len(s); i++ {
+		if ch := s[i]; (ch < '0' || ch > '9') && (ch < 'a' || ch > 'f') {
+			return i
+		}
+	}
+	return -1
 }
 
 // checkAddress returns "" for a usable host:port, else why not.
