@@ -171,6 +171,7 @@ type Queue struct {
 	idle        []chan struct{}
 	timer       clock.Timer
 	timerArmed  bool
+	fire        func() // the timer callback, made once
 	freeJobs    []*job
 	freeTenants []*tenant
 
@@ -192,7 +193,7 @@ func New(clk clock.WithDelayedExecution, opts ...Option) *Queue {
 	if err := cfg.validate(); err != nil {
 		panic(err)
 	}
-	return &Queue{
+	q := &Queue{
 		cfg:     cfg,
 		gate:    cfg.gate,
 		clk:     clk,
@@ -201,6 +202,8 @@ func New(clk clock.WithDelayedExecution, opts ...Option) *Queue {
 		listed:  map[string]listedTenant{},
 		tenants: map[string]*tenant{},
 	}
+	q.fire = func() { go q.onTimer() }
+	return q
 }
 
 func (q *Queue) now() int64 { return int64(q.clk.Since(q.epoch)) }
@@ -818,20 +821,14 @@ func (q *Queue) armTimer(now int64) {
 	if d < 0 {
 		d = 0
 	}
-	if q.timer == nil {
-		// A FakeClock runs the callback while holding its own lock, and we
-		// call the clock under q.mu: take q.mu on another goroutine.
-		q.timer = q.clk.AfterFunc(d, func() { go q.onTimer() })
-	} else {
-		// A FakeClock's timer sends on its channel when it fires and blocks
-		// the clock on the next firing if nobody drained it; a real
-		// AfterFunc timer has no channel.
-		select {
-		case <-q.timer.C():
-		default:
-		}
-		q.timer.Reset(d)
+	// A fresh timer each time: a FakeClock timer sends on a channel of one
+	// when it fires and would block the clock on a second firing after a
+	// Reset, and a FakeClock runs the callback under its own lock while we
+	// call the clock under q.mu, so the callback takes q.mu elsewhere.
+	if q.timer != nil {
+		q.timer.Stop()
 	}
+	q.timer = q.clk.AfterFunc(d, q.fire)
 	q.timerArmed = true
 }
 
