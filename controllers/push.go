@@ -87,7 +87,8 @@ type PusherOptions struct {
 	// Timeout bounds one push attempt (default 5s).
 	Timeout time.Duration
 	// BackoffBase and BackoffMax bound the retry delay after a failure,
-	// which doubles per consecutive failure (defaults 250ms and 30s).
+	// which doubles per consecutive failure (defaults 250ms and 5s: a
+	// dispatcher that starts late must not wait long for its policy).
 	BackoffBase, BackoffMax time.Duration
 	// Clock drives the backoff timers (default the real clock).
 	Clock clock.WithTicker
@@ -108,7 +109,7 @@ func (o *PusherOptions) defaults() {
 		o.BackoffBase = 250 * time.Millisecond
 	}
 	if o.BackoffMax == 0 {
-		o.BackoffMax = 30 * time.Second
+		o.BackoffMax = 5 * time.Second
 	}
 	if o.Clock == nil {
 		o.Clock = clock.RealClock{}

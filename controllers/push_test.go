@@ -453,3 +453,18 @@ func TestPusherOptionsValidate(t *testing.T) {
 		t.Errorf("err = %v", err)
 	}
 }
+
+func TestBackoffDoublesUpToTheMax(t *testing.T) {
+	p, err := NewPusher(PusherOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []time.Duration
+	for f := 1; f <= 7; f++ {
+		got = append(got, p.backoff(f))
+	}
+	want := []time.Duration{250 * time.Millisecond, 500 * time.Millisecond, time.Second, 2 * time.Second, 4 * time.Second, 5 * time.Second, 5 * time.Second}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("backoff (-want +got):\n%s", diff)
+	}
+}

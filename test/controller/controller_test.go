@@ -5,9 +5,11 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"io"
 	"math"
 	"net/http"
 	"os"
+	"regexp"
 	"sort"
 	"strings"
 	"sync"
@@ -488,6 +490,23 @@ func TestWrongTokenDegrades(t *testing.T) {
 	if ready, _ := podIsReady(e.ns, bad.pod); ready {
 		t.Error("the refused dispatcher became Ready without a policy")
 	}
+	if text := scrape(t); !regexp.MustCompile(`(?m)^tiergate_push_total\{result="unauthorized"\} [1-9]`).MatchString(text) {
+		t.Errorf("no unauthorized pushes counted:\n%s", grepLines(text, "tiergate_push_total"))
+	}
+}
+
+func scrape(t *testing.T) string {
+	t.Helper()
+	resp, err := http.Get("http://" + ctrlProc.metrics + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
 
 func TestMeasuredServiceTime(t *testing.T) {
@@ -631,4 +650,153 @@ func TestControllerRestartNeverRegressesVersions(t *testing.T) {
 	if strings.Contains(ctrlProc.log.String(), "holds a newer policy version") {
 		t.Error("a dispatcher answered 409 to the restarted controller")
 	}
+}
+
+func TestUnreachableDispatcherIsRetried(t *testing.T) {
+	e := newEnv(t)
+	e.startDispatcher("dispatcher-0", 2, pushToken, true)
+	// A pod whose IP has nothing listening yet.
+	late := &dispatcher{pod: "dispatcher-late", ip: e.ip(3)}
+	e.createPod(late.pod, map[string]string{"app.kubernetes.io/name": "tiergate-dispatcher"}, late.ip, false)
+	e.modelPods(2)
+	e.applySamples()
+	e.setReadyReplicas(6)
+
+	eventually(t, 5*time.Second, "Degraded DispatcherUnreachable", func() error {
+		st := e.pool().Status
+		if err := conditionIs(st.Conditions, v1alpha1.ModelPoolDegraded, metav1.ConditionTrue, "DispatcherUnreachable"); err != nil {
+			return err
+		}
+		if c := condition(st.Conditions, v1alpha1.ModelPoolDegraded); !strings.Contains(c.Message, late.pod) {
+			return fmt.Errorf("message %q does not name %s", c.Message, late.pod)
+		}
+		return nil
+	})
+	// The reachable one is served meanwhile (12 of the 24 slots).
+	if _, err := allHold(e.disp, time.Second, func(p *policy.Policy) error {
+		if p.Slots != 12 {
+			return fmt.Errorf("slots %d, want 12", p.Slots)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// Now the dispatcher starts on that address: the backoff retry (at most
+	// 5s apart by default) delivers the policy without any change.
+	started := time.Now()
+	d := &dispatcher{pod: late.pod, ip: late.ip,
+		admin: fmt.Sprintf("%s:%d", late.ip, e.adminPort), data: fmt.Sprintf("%s:%d", late.ip, e.dataPort), token: "e2e-push-token-0123456789"}
+	d.proc = startProcess(t, "dispatcher "+late.pod, tiergateBin, "dispatcher", "--listen", d.data, "--admin-listen", d.admin,
+		"--admin-token-file", pushToken, "--drain-timeout", "1s", "--log-format", "text")
+	took, err := allHold([]*dispatcher{d}, 20*time.Second, func(p *policy.Policy) error {
+		if p.Slots != 12 {
+			return fmt.Errorf("slots %d, want 12", p.Slots)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("the late dispatcher has no policy %s after it started: %v", took, err)
+	}
+	t.Logf("the late dispatcher got its policy %s after it started listening", time.Since(started).Round(time.Millisecond))
+	eventually(t, 3*time.Second, "Degraded clears and all are synced", func() error {
+		st := e.pool().Status
+		if err := conditionIs(st.Conditions, v1alpha1.ModelPoolDegraded, metav1.ConditionFalse, "Healthy"); err != nil {
+			return err
+		}
+		return conditionIs(st.Conditions, v1alpha1.ModelPoolSynced, metav1.ConditionTrue, "AllDispatchersSynced")
+	})
+	if err := hasEvent(e.ns, "llm", corev1.EventTypeWarning, "DispatcherUnreachable", late.pod); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestPoolDeletion(t *testing.T) {
+	e, _ := sampleEnv(t, 1)
+	ctx := context.Background()
+	if _, err := allHold(e.disp, 2*time.Second, func(p *policy.Policy) error {
+		if p.Slots != 24 {
+			return fmt.Errorf("slots %d", p.Slots)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := kubectlCmd("delete", "-n", e.ns, "modelpool", "llm"); err != nil {
+		t.Fatalf("kubectl delete: %v\n%s", err, out)
+	}
+	eventually(t, 2*time.Second, "tiers and quotas say PoolNotFound", func() error {
+		var tiers v1alpha1.ServiceTierList
+		if err := k8s.List(ctx, &tiers, client.InNamespace(e.ns)); err != nil {
+			return err
+		}
+		for _, tr := range tiers.Items {
+			if err := conditionIs(tr.Status.Conditions, v1alpha1.ConditionReady, metav1.ConditionFalse, "PoolNotFound"); err != nil {
+				return fmt.Errorf("tier %s: %w", tr.Name, err)
+			}
+			if tr.Status.QueueBound != 0 {
+				return fmt.Errorf("tier %s still shows bound %d", tr.Name, tr.Status.QueueBound)
+			}
+		}
+		var quotas v1alpha1.TenantQuotaList
+		if err := k8s.List(ctx, &quotas, client.InNamespace(e.ns)); err != nil {
+			return err
+		}
+		for _, q := range quotas.Items {
+			if err := conditionIs(q.Status.Conditions, v1alpha1.ConditionReady, metav1.ConditionFalse, "PoolNotFound"); err != nil {
+				return fmt.Errorf("quota %s: %w", q.Name, err)
+			}
+		}
+		return nil
+	})
+	// The dispatcher keeps its last policy (DESIGN.md section 7) and gets
+	// no more pushes.
+	before, err := getPolicy(e.disp[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.setReadyReplicas(3)
+	time.Sleep(1500 * time.Millisecond)
+	after, err := getPolicy(e.disp[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.Version != before.Version || after.Slots != 24 {
+		t.Errorf("after the pool's deletion the dispatcher went from v%d to v%d (slots %d)", before.Version, after.Version, after.Slots)
+	}
+}
+
+// TestMetrics scrapes the controller's metrics endpoint.
+func TestMetrics(t *testing.T) {
+	e, _ := sampleEnv(t, 1)
+	if _, err := allHold(e.disp, 2*time.Second, func(p *policy.Policy) error {
+		if p.Slots != 24 {
+			return fmt.Errorf("slots %d", p.Slots)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	text := scrape(t)
+	for _, re := range []string{
+		`(?m)^tiergate_push_total\{result="success"\} [1-9]`,
+		`(?m)^tiergate_push_latency_seconds_count [1-9]`,
+		`(?m)^tiergate_pool_concurrency\{pool="` + regexp.QuoteMeta(e.ns) + `/llm"\} 24$`,
+	} {
+		if !regexp.MustCompile(re).MatchString(text) {
+			t.Errorf("metrics do not match %s", re)
+		}
+	}
+	if t.Failed() {
+		t.Logf("metrics:\n%s", grepLines(text, "tiergate_"))
+	}
+}
+
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }
