@@ -301,7 +301,7 @@ func (e *engine) setup() error {
 		e.res.Tenants[tl.Tenant] = tr
 	}
 
-	e.q = queue.New(simClock{e.clk})
+	e.q = queue.New(e.clk)
 	if err := e.applyPolicy(first, e.load.Replicas); err != nil {
 		return err
 	}

@@ -2,6 +2,7 @@ package simulate
 
 import (
 	"fmt"
+	"image/color"
 	"io"
 
 	"gonum.org/v1/plot"
@@ -19,7 +20,7 @@ func WritePlot(w io.Writer, r *Result) error {
 		return fmt.Errorf("%w: the result has no time series (was it decoded from JSON?)", ErrInvalid)
 	}
 	p := plot.New()
-	p.Title.Text = fmt.Sprintf("Queue wait over time, pool %s (seed %d)", r.Pool, r.Seed)
+	p.Title.Text = fmt.Sprintf("Queue wait over time, pool %s (seed %d)\nsolid: mean, dashed: longest, dotted: stated maxWait", r.Pool, r.Seed)
 	p.X.Label.Text = "simulated time (minutes)"
 	p.Y.Label.Text = "wait (seconds)"
 	p.Legend.Top = true
@@ -29,34 +30,39 @@ func WritePlot(w io.Writer, r *Result) error {
 	end := r.SimulatedSeconds / 60
 	for i, name := range r.tierOrder() {
 		s := r.series[name]
-		var mean, longest plotter.XYs
-		for b := range s.sum {
-			if s.count[b] == 0 {
-				continue
-			}
-			x := (float64(b) + 0.5) * s.width / 60
-			mean = append(mean, plotter.XY{X: x, Y: s.sum[b] / float64(s.count[b])})
-			longest = append(longest, plotter.XY{X: x, Y: s.max[b]})
-		}
 		col := plotutil.Color(i)
-		label := name
-		if len(mean) == 0 {
-			label += " (nothing dispatched)"
+		var dispatched, expired int64
+		for b := range s.count {
+			dispatched += s.count[b]
+			expired += s.expired[b]
 		}
-		if len(mean) > 0 {
-			l, err := plotter.NewLine(mean)
+		label := fmt.Sprintf("%s (%d dispatched, %d expired)", name, dispatched, expired)
+		// One line per run of buckets with dispatches: a gap in the data
+		// stays a gap in the plot.
+		first := true
+		for _, run := range s.runs() {
+			var mean, longest plotter.XYs
+			for _, b := range run {
+				x := (float64(b) + 0.5) * s.width / 60
+				mean = append(mean, plotter.XY{X: x, Y: s.sum[b] / float64(s.count[b])})
+				longest = append(longest, plotter.XY{X: x, Y: s.max[b]})
+			}
+			l, pts, err := plotter.NewLinePoints(mean)
 			if err != nil {
 				return err
 			}
 			l.Color, l.Width = col, vg.Points(1.5)
+			pts.Color, pts.Radius = col, vg.Points(1)
 			m, err := plotter.NewLine(longest)
 			if err != nil {
 				return err
 			}
 			m.Color, m.Dashes = col, []vg.Length{vg.Points(4), vg.Points(2)}
-			p.Add(l, m)
-			p.Legend.Add(label+" mean", l)
-			p.Legend.Add(label+" max", m)
+			p.Add(l, pts, m)
+			if first {
+				p.Legend.Add(label, l)
+				first = false
+			}
 		}
 		g, err := plotter.NewLine(plotter.XYs{{X: 0, Y: s.maxWaitSec}, {X: end, Y: s.maxWaitSec}})
 		if err != nil {
@@ -64,14 +70,18 @@ func WritePlot(w io.Writer, r *Result) error {
 		}
 		g.Color, g.Dashes = col, []vg.Length{vg.Points(1), vg.Points(3)}
 		p.Add(g)
-		p.Legend.Add(label+" stated maxWait", g)
+		if first {
+			p.Legend.Add(label, g)
+		}
 	}
+	// Headroom above the highest line keeps the legend off the data.
+	p.Y.Max *= 1.3
 	if r.WarmupSeconds > 0 {
 		wu, err := plotter.NewLine(plotter.XYs{{X: r.WarmupSeconds / 60, Y: 0}, {X: r.WarmupSeconds / 60, Y: p.Y.Max}})
 		if err != nil {
 			return err
 		}
-		wu.Color = plotutil.DarkColors[0]
+		wu.Color = color.Gray{Y: 80}
 		wu.Dashes = []vg.Length{vg.Points(2), vg.Points(2)}
 		p.Add(wu)
 		p.Legend.Add("end of warm-up", wu)

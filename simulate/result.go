@@ -171,6 +171,26 @@ func (s *series) bucket(at float64) int {
 	return min(max(i, 0), len(s.sum)-1)
 }
 
+// runs lists the buckets with dispatches, grouped into consecutive runs.
+func (s *series) runs() [][]int {
+	var out [][]int
+	var cur []int
+	for b, n := range s.count {
+		if n == 0 {
+			if len(cur) > 0 {
+				out = append(out, cur)
+				cur = nil
+			}
+			continue
+		}
+		cur = append(cur, b)
+	}
+	if len(cur) > 0 {
+		out = append(out, cur)
+	}
+	return out
+}
+
 func (s *series) add(at, wait float64) {
 	i := s.bucket(at)
 	s.sum[i] += wait

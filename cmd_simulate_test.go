@@ -1,0 +1,157 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"image/png"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+const smallExample = "examples/simulate/small.yaml"
+
+func TestSimulateCommandErrors(t *testing.T) {
+	tests := map[string]struct {
+		args       []string
+		wantCode   int
+		wantStderr string // a line of stderr
+	}{
+		"no files": {
+			args:       nil,
+			wantCode:   2,
+			wantStderr: "tiergate simulate: no input: pass the pool, tiers, quotas and Load with -f",
+		},
+		"positional file": {
+			args:       []string{smallExample},
+			wantCode:   2,
+			wantStderr: `tiergate simulate: unexpected argument "examples/simulate/small.yaml" (files go after -f)`,
+		},
+		"bad seed": {
+			args:       []string{"-f", smallExample, "--seed", "-1"},
+			wantCode:   2,
+			wantStderr: `invalid value "-1" for flag -seed: must be a non-negative integer`,
+		},
+		"missing file": {
+			args:       []string{"-f", "examples/simulate/nope.yaml"},
+			wantCode:   1,
+			wantStderr: "tiergate simulate: open examples/simulate/nope.yaml: no such file or directory",
+		},
+		"missing Load": {
+			args:       []string{"-f", "examples/simulate/seed/pool.yaml", "-f", "examples/simulate/seed/tiers.yaml"},
+			wantCode:   1,
+			wantStderr: "tiergate simulate: no Load document: pass one with -f (kind: Load)",
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			code := dispatch(append([]string{"simulate"}, tc.args...), &stdout, &stderr)
+			if code != tc.wantCode {
+				t.Errorf("exit code %d, want %d; stderr:\n%s", code, tc.wantCode, stderr.String())
+			}
+			if !strings.Contains(stderr.String(), tc.wantStderr+"\n") {
+				t.Errorf("stderr does not contain %q:\n%s", tc.wantStderr, stderr.String())
+			}
+			if stdout.Len() != 0 {
+				t.Errorf("stdout not empty on error:\n%s", stdout.String())
+			}
+		})
+	}
+}
+
+func TestSimulateCommandJSONAndPlot(t *testing.T) {
+	plot := filepath.Join(t.TempDir(), "wait.png")
+	var stdout, stderr bytes.Buffer
+	code := dispatch([]string{"simulate", "-f", smallExample, "--json", "--plot", plot, "--seed", "42"}, &stdout, &stderr)
+	if code != 0 {
+		t.Fatalf("exit code %d; stderr:\n%s", code, stderr.String())
+	}
+	var doc struct {
+		Seed             uint64   `json:"seed"`
+		Utilisation      *float64 `json:"utilisation"`
+		SimulatedSeconds float64  `json:"simulatedSeconds"`
+		Tiers            map[string]map[string]json.RawMessage
+		Tenants          map[string]map[string]json.RawMessage
+		Warnings         []string `json:"warnings"`
+	}
+	dec := json.NewDecoder(&stdout)
+	if err := dec.Decode(&doc); err != nil {
+		t.Fatalf("stdout is not one JSON object: %v", err)
+	}
+	if dec.More() {
+		t.Error("more than one JSON value on stdout")
+	}
+	if doc.Seed != 42 || doc.Utilisation == nil || doc.SimulatedSeconds != 600 || doc.Warnings == nil {
+		t.Errorf("top level: seed %d, utilisation %v, simulatedSeconds %g, warnings %v", doc.Seed, doc.Utilisation, doc.SimulatedSeconds, doc.Warnings)
+	}
+	// The field names outside scripts rely on (issue 8).
+	want := []string{"abandoned", "admitted", "bound", "maxWait", "offered", "refused", "served", "tenantLimit", "throughput", "wait"}
+	for name, tier := range doc.Tiers {
+		for _, f := range want {
+			if _, ok := tier[f]; !ok {
+				t.Errorf("tier %s has no %q", name, f)
+			}
+		}
+		var refused map[string]int64
+		var wait map[string]float64
+		_ = json.Unmarshal(tier["refused"], &refused)
+		_ = json.Unmarshal(tier["wait"], &wait)
+		for _, k := range []string{"capacity", "tenant_limit"} {
+			if _, ok := refused[k]; !ok {
+				t.Errorf("tier %s refused has no %q", name, k)
+			}
+		}
+		for _, k := range []string{"mean", "p50", "p95", "p99", "max"} {
+			if _, ok := wait[k]; !ok {
+				t.Errorf("tier %s wait has no %q", name, k)
+			}
+		}
+	}
+	if got := len(doc.Tenants); got != 4 {
+		t.Errorf("%d tenants, want 4", got)
+	}
+	for name, tn := range doc.Tenants {
+		for _, f := range []string{"offered", "admitted", "served", "abandoned", "refused", "wait", "throughput", "tenantLimit"} {
+			if _, ok := tn[f]; !ok {
+				t.Errorf("tenant %s has no %q", name, f)
+			}
+		}
+	}
+
+	f, err := os.Open(plot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	img, err := png.Decode(f)
+	if err != nil {
+		t.Fatalf("--plot did not write a PNG: %v", err)
+	}
+	if b := img.Bounds(); b.Dx() < 400 || b.Dy() < 300 {
+		t.Errorf("plot is %dx%d, want a readable size", b.Dx(), b.Dy())
+	}
+}
+
+func TestSimulateCommandText(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	code := dispatch([]string{"simulate", "-f", "examples/simulate/seed/pool.yaml", "-f", "examples/simulate/seed/tiers.yaml",
+		"-f", "examples/simulate/seed/quotas.yaml", "-f", "examples/simulate/seed/load-overload.yaml"}, &stdout, &stderr)
+	if code != 0 {
+		t.Fatalf("exit code %d; stderr:\n%s", code, stderr.String())
+	}
+	out := stdout.String()
+	lines := strings.Split(out, "\n")
+	if diff := cmp.Diff("Pool default/llm: 6 replicas, 24 slots, service time 6s, μ 4 req/s, ageing 6s per point (horizon 2m0s), clientTimeout 30s", lines[0]); diff != "" {
+		t.Errorf("first line (-want +got):\n%s", diff)
+	}
+	for _, s := range []string{"\n      TIER  OFFERED", "\nStated (per tier, pool-wide) next to observed:\n", "\nTenants:\n",
+		"\nWARNING: AgeingHorizonExceedsClientTimeout: the ageing horizon 2m0s"} {
+		if !strings.Contains(out, s) {
+			t.Errorf("output lacks %q:\n%s", s, out)
+		}
+	}
+}
