@@ -100,7 +100,7 @@ func New(cfg Config, opts ...Option) (*Redis, error) {
 	g := &Redis{
 		cfg:     cfg,
 		clk:     o.clock,
-		log:     o.log.WithName("state"),
+		log:     o.log,
 		client:  redis.NewClient(ro),
 		id:      cfg.DispatcherID,
 		ttlMs:   cfg.LeaseTTL.Milliseconds(),
