@@ -1,0 +1,189 @@
+package bench
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Fixed concurrency of the throughput benchmark, and the open-loop rate of
+// the latency benchmark (the issue's 1,000 requests/s).
+const (
+	concurrency = 32
+	latencyRate = 1000
+)
+
+var targets = []struct{ name, env string }{
+	{"direct", "BENCH_DIRECT"},
+	{"reverseproxy", "BENCH_REVERSEPROXY"},
+	{"nginx", "BENCH_NGINX"},
+	{"tiergate", "BENCH_TIERGATE"},
+}
+
+func target(b *testing.B, env string) string {
+	addr := os.Getenv(env)
+	if addr == "" {
+		b.Skipf("%s not set; run hack/bench-dispatcher.sh", env)
+	}
+	return addr
+}
+
+// BenchmarkThroughput: closed loop at fixed concurrency against each target.
+func BenchmarkThroughput(b *testing.B) {
+	for _, tg := range targets {
+		b.Run(tg.name, func(b *testing.B) {
+			addr := target(b, tg.env)
+			closedLoop(addr, concurrency, 2*concurrency, 10*time.Second) // warm the pool
+			b.ResetTimer()
+			r := closedLoop(addr, concurrency, b.N, 5*time.Minute)
+			b.StopTimer()
+			if r.errors > 0 || len(r.latencies) != r.n {
+				b.Fatalf("%s: %d errors, %d of %d succeeded", tg.name, r.errors, len(r.latencies), r.n)
+			}
+			b.ReportMetric(float64(r.n)/r.elapsed.Seconds(), "req/s")
+			b.ReportMetric(float64(r.quantile(.5).Microseconds()), "p50-µs")
+			b.ReportMetric(float64(r.quantile(.99).Microseconds()), "p99-µs")
+		})
+	}
+}
+
+// BenchmarkLatency1000: open loop at 1,000 requests/s against each target.
+func BenchmarkLatency1000(b *testing.B) {
+	for _, tg := range targets {
+		b.Run(tg.name, func(b *testing.B) {
+			addr := target(b, tg.env)
+			closedLoop(addr, concurrency, 2*concurrency, 10*time.Second)
+			b.ResetTimer()
+			r := openLoop(addr, latencyRate, b.N, 512, 5*time.Minute)
+			b.StopTimer()
+			if r.errors > 0 || len(r.latencies) != r.n {
+				b.Fatalf("%s: %d errors, %d of %d succeeded", tg.name, r.errors, len(r.latencies), r.n)
+			}
+			b.ReportMetric(float64(r.quantile(.5).Microseconds()), "p50-µs")
+			b.ReportMetric(float64(r.quantile(.99).Microseconds()), "p99-µs")
+		})
+	}
+}
+
+// BenchmarkRefusal429: open loop at 10× the pool's capacity; the latency
+// of the 429 answers.
+func BenchmarkRefusal429(b *testing.B) {
+	addr := target(b, "BENCH_OVERLOAD")
+	capacity, err := strconv.ParseFloat(os.Getenv("BENCH_OVERLOAD_RATE"), 64)
+	if err != nil || capacity <= 0 {
+		b.Fatalf("BENCH_OVERLOAD_RATE: %v", err)
+	}
+	b.ResetTimer()
+	r := openLoop(addr, 10*capacity, b.N, 2048, 5*time.Minute)
+	b.StopTimer()
+	refused := r.byCode[http.StatusTooManyRequests]
+	if r.errors > 0 || len(refused) < r.n/2 {
+		b.Fatalf("%d errors, %d refusals of %d: not overloaded (%v)", r.errors, len(refused), r.n, r)
+	}
+	b.ReportMetric(float64(quantile(refused, .5).Microseconds()), "429-p50-µs")
+	b.ReportMetric(float64(quantile(refused, .99).Microseconds()), "429-p99-µs")
+	b.ReportMetric(float64(len(refused))/float64(r.n), "refused-fraction")
+}
+
+// BenchmarkQueuedMemory: 10,000 clients queued at once (the only slot is
+// held); the dispatcher's resident memory per queued request. b.N is not
+// used: run with -benchtime=1x.
+func BenchmarkQueuedMemory(b *testing.B) {
+	addr := target(b, "BENCH_QUEUE")
+	admin := target(b, "BENCH_QUEUE_ADMIN")
+	pid := target(b, "BENCH_QUEUE_PID")
+	const clients = 10000
+	rss0 := rss(b, pid)
+	conns := make([]net.Conn, 0, clients)
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	req := fmt.Sprintf("POST /v1/completions HTTP/1.1\r\nHost: bench\r\nX-Tenant-ID: bench\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(reqBody), reqBody)
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 64)
+	for range clients {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+			if err != nil {
+				return
+			}
+			if _, err := io.WriteString(c, req); err != nil {
+				c.Close()
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	deadline := time.Now().Add(time.Minute)
+	var queued int
+	for time.Now().Before(deadline) {
+		if queued = queuedCount(b, admin); queued >= clients {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if queued < clients {
+		b.Fatalf("only %d of %d clients queued (%d connected)", queued, clients, len(conns))
+	}
+	time.Sleep(500 * time.Millisecond) // let RSS settle
+	rss1 := rss(b, pid)
+	b.ReportMetric(float64(rss1-rss0)/clients/1024, "KiB/queued")
+	b.ReportMetric(float64(queued), "queued")
+}
+
+// rss reads VmRSS of pid in bytes.
+func rss(b *testing.B, pid string) int64 {
+	f, err := os.Open("/proc/" + pid + "/status")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
+			kb, err := strconv.ParseInt(strings.Fields(v)[0], 10, 64)
+			if err != nil {
+				b.Fatal(err)
+			}
+			return kb * 1024
+		}
+	}
+	b.Fatal("no VmRSS")
+	return 0
+}
+
+func queuedCount(b *testing.B, admin string) int {
+	req, _ := http.NewRequest(http.MethodGet, "http://"+admin+"/v1/stats", nil)
+	req.Header.Set("Authorization", "Bearer "+os.Getenv("BENCH_QUEUE_TOKEN"))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var s struct {
+		Queue struct{ Queued int } `json:"queue"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&s); err != nil {
+		b.Fatal(err)
+	}
+	return s.Queue.Queued
+}
