@@ -1,6 +1,7 @@
 package simulate
 
 import (
+	"cmp"
 	"container/heap"
 	"context"
 	"errors"
@@ -179,6 +180,8 @@ type engine struct {
 	slotsArea    float64
 
 	results  chan waitResult
+	got      []waitResult
+	guard    *time.Timer
 	resolved uint64
 	queued   map[*request]struct{}
 
@@ -603,21 +606,42 @@ func (e *engine) settle() {
 		return
 	}
 	e.resolved = total
-	got := make([]waitResult, 0, n)
-	timer := time.NewTimer(bridgeTimeout)
-	defer timer.Stop()
+	got := e.got[:0]
 	for len(got) < n {
-		select {
-		case r := <-e.results:
-			got = append(got, r)
-		case <-timer.C:
+		r, ok := e.receive()
+		if !ok {
 			e.fail(fmt.Errorf("%w: the queue counted %d resolved waits but only %d returned", ErrInternal, n, len(got)))
 			return
 		}
+		got = append(got, r)
 	}
-	slices.SortFunc(got, func(a, b waitResult) int { return int(a.req.id - b.req.id) })
+	slices.SortFunc(got, func(a, b waitResult) int { return cmp.Compare(a.req.id, b.req.id) })
 	for _, r := range got {
 		e.resolve(r.req, r.err)
+	}
+	clear(got)
+	e.got = got
+}
+
+// receive takes the next Wait outcome; false after bridgeTimeout of real
+// time without one.
+func (e *engine) receive() (waitResult, bool) {
+	select {
+	case r := <-e.results:
+		return r, true
+	default:
+	}
+	if e.guard == nil {
+		e.guard = time.NewTimer(bridgeTimeout)
+	} else {
+		e.guard.Reset(bridgeTimeout)
+	}
+	defer e.guard.Stop()
+	select {
+	case r := <-e.results:
+		return r, true
+	case <-e.guard.C:
+		return waitResult{}, false
 	}
 }
 
@@ -691,8 +715,7 @@ func (e *engine) giveUp(r *request) {
 	switch r.state {
 	case stQueued:
 		r.cancel()
-		select {
-		case res := <-e.results:
+		if res, ok := e.receive(); ok {
 			if res.req != r {
 				e.fail(fmt.Errorf("%w: cancelling request %d resolved request %d", ErrInternal, r.id, res.req.id))
 				return
@@ -702,7 +725,7 @@ func (e *engine) giveUp(r *request) {
 				e.resolved++
 			}
 			e.resolve(r, res.err)
-		case <-time.After(bridgeTimeout):
+		} else {
 			e.fail(fmt.Errorf("%w: Wait of request %d did not return after cancel", ErrInternal, r.id))
 			return
 		}
@@ -764,11 +787,8 @@ func (e *engine) cleanup() {
 	for r := range e.queued {
 		r.cancel()
 	}
-	deadline := time.After(bridgeTimeout)
 	for range len(e.queued) {
-		select {
-		case <-e.results:
-		case <-deadline:
+		if _, ok := e.receive(); !ok {
 			e.fail(fmt.Errorf("%w: queued Waits did not return after cancel", ErrInternal))
 			return
 		}
