@@ -1,0 +1,110 @@
+package apierror
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/tiergate/tiergate/dispatcher/queue"
+)
+
+func TestFromQueue(t *testing.T) {
+	tests := map[string]struct {
+		err  error
+		want Error
+	}{
+		"queue full": {
+			err: &queue.Refusal{Cause: queue.ErrQueueFull, Tier: "premium", Position: 21, RetryAfter: 3 * time.Second},
+			want: Error{Status: 429, Type: TypeCapacity, Tier: "premium", Position: 21, RetryAfter: 3 * time.Second,
+				Message: `the queue of tier "premium" is full; retry after 3s`},
+		},
+		"tenant limit, wrapped": {
+			err: fmt.Errorf("admit: %w", &queue.Refusal{Cause: queue.ErrTenantLimit, Tier: "premium", Position: 4, RetryAfter: time.Second}),
+			want: Error{Status: 429, Type: TypeTenantLimit, Tier: "premium", Position: 4, RetryAfter: time.Second,
+				Message: `tenant "acme" has as many requests queued as tier "premium" allows one tenant; retry after 1s`},
+		},
+		"unknown tier": {
+			err:  queue.ErrUnknownTier,
+			want: Error{Status: 403, Type: TypeUnknownTenant, Message: `tenant "acme" is not known and the pool has no default tier`},
+		},
+		"no policy": {
+			err:  queue.ErrNoPolicy,
+			want: Error{Status: 503, Type: TypeUnavailable, RetryAfter: time.Second, Message: "the dispatcher has no policy yet"},
+		},
+		"no capacity: retry after the tier's wait": {
+			err: queue.ErrNoCapacity,
+			want: Error{Status: 503, Type: TypeUnavailable, Tier: "premium", RetryAfter: 5 * time.Second,
+				Message: "the pool has no capacity right now (no ready backends)"},
+		},
+		"draining": {
+			err: queue.ErrDraining,
+			want: Error{Status: 503, Type: TypeDraining, Tier: "premium", RetryAfter: time.Second,
+				Message: "the dispatcher is shutting down; retry on another instance"},
+		},
+		"drained while queued": {
+			err: queue.ErrDrained,
+			want: Error{Status: 503, Type: TypeDraining, Tier: "premium", RetryAfter: time.Second,
+				Message: "the dispatcher is shutting down; retry on another instance"},
+		},
+		"expired": {
+			err: queue.ErrExpired,
+			want: Error{Status: 504, Type: TypeQueueTimeout, Tier: "premium",
+				Message: `the request waited in the queue of tier "premium" for the client timeout (30s) without being dispatched`},
+		},
+		"gate failure": {
+			err: fmt.Errorf("redis: connection refused"),
+			want: Error{Status: 503, Type: TypeUnavailable, Tier: "premium", RetryAfter: time.Second,
+				Message: "admission failed: redis: connection refused"},
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			got := FromQueue(tc.err, "acme", "premium", 5*time.Second, 30*time.Second)
+			if diff := cmp.Diff(tc.want, *got); diff != "" {
+				t.Errorf("(-want +got)\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestWrite(t *testing.T) {
+	tests := map[string]struct {
+		err         Error
+		wantHeaders http.Header
+		wantBody    string
+	}{
+		"429 carries every header": {
+			err: Error{Status: 429, Type: TypeCapacity, Message: "full", Tier: "free", Position: 241, RetryAfter: 1500 * time.Millisecond},
+			wantHeaders: http.Header{"Retry-After": {"2"}, "X-Queue-Position": {"241"}, "X-Tier": {"free"},
+				"Content-Type": {"application/json"}, "Cache-Control": {"no-store"}},
+			wantBody: `{"error":{"type":"capacity","message":"full","tier":"free","queue_position":241,"retry_after_seconds":2}}` + "\n",
+		},
+		"401 has no queue headers": {
+			err:         Error{Status: 401, Type: TypeUnauthenticated, Message: "unknown API key"},
+			wantHeaders: http.Header{"Content-Type": {"application/json"}, "Cache-Control": {"no-store"}},
+			wantBody:    `{"error":{"type":"unauthenticated","message":"unknown API key","tier":"","queue_position":0,"retry_after_seconds":0}}` + "\n",
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			rec := httptest.NewRecorder()
+			rec.Header().Set(HeaderQueueWaitMs, "12") // a refusal must drop it
+			tc.err.Write(rec)
+			tc.wantHeaders.Set("Content-Length", strconv.Itoa(len(tc.wantBody)))
+			if rec.Code != tc.err.Status {
+				t.Errorf("status %d", rec.Code)
+			}
+			if diff := cmp.Diff(tc.wantHeaders, rec.Header()); diff != "" {
+				t.Errorf("headers (-want +got)\n%s", diff)
+			}
+			if diff := cmp.Diff(tc.wantBody, rec.Body.String()); diff != "" {
+				t.Errorf("body (-want +got)\n%s", diff)
+			}
+		})
+	}
+}

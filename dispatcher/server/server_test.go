@@ -1,0 +1,220 @@
+package server
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/goleak"
+	"k8s.io/utils/clock"
+
+	"github.com/tiergate/tiergate/dispatcher/balancer"
+	"github.com/tiergate/tiergate/dispatcher/metrics"
+	"github.com/tiergate/tiergate/dispatcher/policy"
+	"github.com/tiergate/tiergate/dispatcher/queue"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// backend records what reached it.
+type backend struct {
+	mu      sync.Mutex
+	headers []http.Header
+	paths   []string
+	hold    chan struct{} // when set, requests to /slow wait on it
+}
+
+func (b *backend) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	b.mu.Lock()
+	b.headers = append(b.headers, r.Header.Clone())
+	b.paths = append(b.paths, r.URL.Path)
+	b.mu.Unlock()
+	_, _ = io.Copy(io.Discard, r.Body)
+	if r.URL.Path == "/slow" && b.hold != nil {
+		select {
+		case <-b.hold:
+		case <-r.Context().Done():
+			return
+		}
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = io.WriteString(w, `{"ok":true}`)
+}
+
+type fixture struct {
+	srv     *Server
+	front   *httptest.Server
+	be      *backend
+	q       *queue.Queue
+	reg     *prometheus.Registry
+	backend *httptest.Server
+}
+
+func newFixture(t *testing.T, p *policy.Policy) *fixture {
+	t.Helper()
+	be := &backend{}
+	bts := httptest.NewServer(be)
+	f := &fixture{be: be, backend: bts, reg: prometheus.NewRegistry()}
+	f.q = queue.New(clock.RealClock{})
+	bal := balancer.New()
+	m, err := metrics.New(f.reg, func() metrics.Snapshot { return metrics.Snapshot{} })
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.srv, err = New(Config{Log: logr.Discard(), Transport: &http.Transport{}}, f.q, bal, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p != nil {
+		p.Backends = []policy.Backend{{Address: strings.TrimPrefix(bts.URL, "http://")}}
+		if err := p.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		bal.Update(p.Backends)
+		f.q.UpdatePolicy(p)
+		f.srv.SetPolicy(p)
+	}
+	f.front = httptest.NewServer(f.srv)
+	t.Cleanup(func() {
+		f.front.Close()
+		bts.Close()
+		f.srv.cfg.Transport.(*http.Transport).CloseIdleConnections()
+	})
+	return f
+}
+
+func testPolicy(mode string, slots int) *policy.Policy {
+	sum := sha256.Sum256([]byte("sk-acme"))
+	return &policy.Policy{
+		Version: 1, Pool: "p", Slots: slots, ServiceRate: 1, AgeingRate: 1,
+		Authentication: policy.Authentication{Mode: mode, HeaderName: "X-Tenant-ID"},
+		ExemptPaths:    []string{"/v1/models"},
+		Tiers:          []policy.Tier{{Name: "premium", TolerableWaitSeconds: 5, QueueBound: 4, TenantConcurrencyLimit: 2, TenantQueueLimit: 4}},
+		Tenants:        []policy.Tenant{{ID: "acme", Tier: "premium", APIKeySHA256: []string{hex.EncodeToString(sum[:])}}},
+	}
+}
+
+func (f *fixture) do(t *testing.T, method, path string, h http.Header) *http.Response {
+	t.Helper()
+	req, _ := http.NewRequest(method, f.front.URL+path, strings.NewReader(`{"prompt":"x"}`))
+	for k, v := range h {
+		req.Header[k] = v
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp
+}
+
+// The backend never sees the client's credential or a client-chosen
+// tenant header; it sees the resolved tenant.
+func TestCredentialsStripped(t *testing.T) {
+	tests := map[string]struct {
+		mode string
+		h    http.Header
+	}{
+		"api key": {mode: policy.AuthAPIKey, h: http.Header{"Authorization": {"Bearer sk-acme"}, "X-Tiergate-Tenant": {"evil"}}},
+		"header":  {mode: policy.AuthTrustedHeader, h: http.Header{"X-Tenant-Id": {"acme"}, "X-Tiergate-Tenant": {"evil"}}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			f := newFixture(t, testPolicy(tc.mode, 2))
+			if resp := f.do(t, http.MethodPost, "/v1/completions", tc.h); resp.StatusCode != 200 || resp.Header.Get("X-Queue-Wait-Ms") != "0" {
+				t.Fatalf("status %d, wait %q", resp.StatusCode, resp.Header.Get("X-Queue-Wait-Ms"))
+			}
+			got := f.be.headers[0]
+			want := map[string][]string{"Authorization": nil, "X-Tenant-Id": nil, "X-Tiergate-Tenant": {"acme"}}
+			gotSome := map[string][]string{}
+			for k := range want {
+				gotSome[k] = got[k]
+			}
+			if diff := cmp.Diff(want, gotSome); diff != "" {
+				t.Errorf("(-want +got)\n%s", diff)
+			}
+		})
+	}
+}
+
+// Exempt paths reach a backend even when the pool has no slots; others
+// get 503.
+func TestExemptPathBypassesQueue(t *testing.T) {
+	f := newFixture(t, testPolicy(policy.AuthTrustedHeader, 0))
+	h := http.Header{"X-Tenant-Id": {"acme"}}
+	if resp := f.do(t, http.MethodGet, "/v1/models", h); resp.StatusCode != 200 || resp.Header.Get("X-Queue-Wait-Ms") != "" {
+		t.Errorf("exempt: %d, X-Queue-Wait-Ms %q", resp.StatusCode, resp.Header.Get("X-Queue-Wait-Ms"))
+	}
+	if resp := f.do(t, http.MethodPost, "/v1/completions", h); resp.StatusCode != 503 {
+		t.Errorf("queued path with no slots: %d", resp.StatusCode)
+	}
+	if diff := cmp.Diff([]string{"/v1/models"}, f.be.paths); diff != "" {
+		t.Errorf("backend paths (-want +got)\n%s", diff)
+	}
+}
+
+// Drain: new requests get 503 at once; WaitIdle returns when the last
+// in-flight request has finished; every slot is released.
+func TestDrainWaitsForInFlight(t *testing.T) {
+	f := newFixture(t, testPolicy(policy.AuthTrustedHeader, 2))
+	f.be.hold = make(chan struct{})
+	h := http.Header{"X-Tenant-Id": {"acme"}}
+	done := make(chan int)
+	go func() { done <- f.do(t, http.MethodPost, "/slow", h).StatusCode }()
+	for f.srv.Active() != 1 || f.q.Stats().InFlight != 1 {
+		time.Sleep(time.Millisecond)
+	}
+	f.srv.StartDrain()
+	if resp := f.do(t, http.MethodPost, "/v1/completions", h); resp.StatusCode != 503 {
+		t.Errorf("new request while draining: %d", resp.StatusCode)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	if err := f.srv.WaitIdle(ctx); err == nil {
+		t.Error("WaitIdle returned with a request in flight")
+	}
+	cancel()
+	close(f.be.hold)
+	if code := <-done; code != 200 {
+		t.Errorf("in-flight request: %d", code)
+	}
+	if err := f.srv.WaitIdle(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if st := f.q.Stats(); st.InFlight != 0 || st.DoubleReleases != 0 || st.Completed != 1 {
+		t.Errorf("queue after drain: %+v", st)
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	tests := map[string]struct {
+		cfg     Config
+		wantErr string
+	}{
+		"defaults":         {cfg: Config{}},
+		"negative body":    {cfg: Config{MaxBodyBytes: -1}, wantErr: "server: MaxBodyBytes must be > 0, got -1"},
+		"negative timeout": {cfg: Config{BodyTimeout: -time.Second}, wantErr: "server: BodyTimeout must be > 0, got -1s"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			_, err := New(tc.cfg, nil, nil, nil)
+			got := ""
+			if err != nil {
+				got = err.Error()
+			}
+			if got != tc.wantErr {
+				t.Errorf("err %q, want %q", got, tc.wantErr)
+			}
+		})
+	}
+}
