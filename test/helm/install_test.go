@@ -378,7 +378,8 @@ func TestRBAC(t *testing.T) {
 		"controller cannot delete pods":           {controller, []string{"delete", "pods", "-A"}, false},
 		"controller reads secrets":                {controller, []string{"get", "secrets", "-A"}, true},
 		"controller cannot write secrets":         {controller, []string{"create", "secrets", "-n", ns}, false},
-		"controller creates core events":          {controller, []string{"create", "events", "-n", "default"}, true},
+		"controller creates core events here":     {controller, []string{"create", "events", "-n", ns}, true},
+		"controller no core events elsewhere":     {controller, []string{"create", "events", "-n", "default"}, false},
 		"controller patches events.k8s.io events": {controller, []string{"patch", "events.events.k8s.io", "-n", "default"}, true},
 		"controller gets its lease":               {controller, []string{"get", "leases.coordination.k8s.io", "-n", ns}, true},
 		"controller creates its lease":            {controller, []string{"create", "leases.coordination.k8s.io", "-n", ns}, true},
@@ -425,6 +426,11 @@ func TestRBAC(t *testing.T) {
 				}
 			}
 		}
+	})
+
+	t.Run("the controller runs as its ServiceAccount", func(t *testing.T) {
+		kubectl(t, "apply", "--namespace", ns, "-f", filepath.Join(repoRoot, "config", "samples"))
+		runControllerAsServiceAccount(t, ns, "rbac")
 	})
 
 	t.Run("leader election as the controller", func(t *testing.T) {

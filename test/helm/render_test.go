@@ -2,11 +2,13 @@ package helm
 
 import (
 	"encoding/base64"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/redis/go-redis/v9"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
 
@@ -38,6 +40,7 @@ func TestDefaultObjects(t *testing.T) {
 			"controller": {controller, []string{
 				"controller",
 				"--leader-elect=true",
+				"--leader-election-namespace=" + namespace,
 				"--metrics-bind-address=:8080",
 				"--health-probe-bind-address=:8081",
 				"--push-token-file=/var/run/tiergate/push-token/token",
@@ -250,18 +253,25 @@ func TestRedisFlags(t *testing.T) {
 		set        []string
 		wantState  string
 		wantSecret map[string]any // the password volume, nil for none
+		// What go-redis, which the dispatcher hands the URL to, makes of it.
+		wantAddr, wantUser string
+		wantDB             int
+		wantTLS            bool
 	}{
 		"plain": {
 			wantState: "--state=redis://redis.fleet:6379/0",
+			wantAddr:  "redis.fleet:6379",
 		},
 		"TLS, user and database": {
 			set:       []string{"redis.tls.enabled=true", "redis.username=tiergate", "redis.db=4"},
 			wantState: "--state=rediss://tiergate@redis.fleet:6379/4",
+			wantAddr:  "redis.fleet:6379", wantUser: "tiergate", wantDB: 4, wantTLS: true,
 		},
 		"password from a Secret": {
 			set:        []string{"redis.passwordSecret.name=redis-auth", "redis.passwordSecret.key=pw"},
 			wantState:  "--state=redis://redis.fleet:6379/0",
 			wantSecret: map[string]any{"secretName": "redis-auth", "defaultMode": 0o440, "items": []any{map[string]any{"key": "pw", "path": "password"}}},
+			wantAddr:   "redis.fleet:6379",
 		},
 		"settings ignored while disabled": {
 			set:       []string{"redis.enabled=false", "redis.passwordSecret.name=redis-auth", "redis.tls.enabled=true"},
@@ -299,6 +309,17 @@ func TestRedisFlags(t *testing.T) {
 			}
 			if diff := cmp.Diff(toYAMLValue(t, wantMounts), c["volumeMounts"]); diff != "" {
 				t.Errorf("volumeMounts (-want +got):\n%s", diff)
+			}
+			if url := strings.TrimPrefix(tc.wantState, "--state="); url != "local" {
+				o, err := redis.ParseURL(url)
+				if err != nil {
+					t.Fatalf("go-redis cannot parse %q: %v", url, err)
+				}
+				got := fmt.Sprintf("addr %s user %q db %d tls %v password %q", o.Addr, o.Username, o.DB, o.TLSConfig != nil, o.Password)
+				want := fmt.Sprintf("addr %s user %q db %d tls %v password %q", tc.wantAddr, tc.wantUser, tc.wantDB, tc.wantTLS, "")
+				if got != want {
+					t.Errorf("go-redis reads %q as %s, want %s", url, got, want)
+				}
 			}
 			for _, a := range args {
 				if strings.Contains(a, "redis-auth") {

@@ -1,0 +1,368 @@
+package helm
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/tiergate/tiergate/dispatcher/policy"
+)
+
+// The chart's flags are only useful if the binary takes them: these tests
+// run the real tiergate binary with the arguments the chart renders.
+
+var tiergateBin = struct {
+	once sync.Once
+	path string
+	err  error
+}{}
+
+// binary builds the tiergate binary once per test run.
+func binary(t *testing.T) string {
+	t.Helper()
+	tiergateBin.once.Do(func() {
+		tiergateBin.path = filepath.Join(helmHome, "bin", "tiergate")
+		cmd := exec.Command("go", "build", "-o", tiergateBin.path, ".")
+		cmd.Dir = repoRoot
+		if out, err := cmd.CombinedOutput(); err != nil {
+			tiergateBin.err = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if tiergateBin.err != nil {
+		t.Fatal(tiergateBin.err)
+	}
+	return tiergateBin.path
+}
+
+var helpFlag = regexp.MustCompile(`(?m)^  -([a-z0-9][a-z0-9-]*)`)
+
+// flagsOf lists the flags `tiergate <sub> --help` documents.
+func flagsOf(t *testing.T, sub string) map[string]bool {
+	t.Helper()
+	r := run(t, nil, binary(t), sub, "--help")
+	if r.err != nil {
+		t.Fatalf("tiergate %s --help:\n%s", sub, r)
+	}
+	flags := map[string]bool{}
+	for _, m := range helpFlag.FindAllStringSubmatch(r.stderr+r.stdout, -1) {
+		flags[m[1]] = true
+	}
+	if len(flags) == 0 {
+		t.Fatalf("tiergate %s --help lists no flags:\n%s", sub, r)
+	}
+	return flags
+}
+
+// args returns a Deployment container's arguments.
+func args(t *testing.T, deploy *unstructured.Unstructured) []string {
+	t.Helper()
+	var out []string
+	for _, a := range container(t, deploy)["args"].([]any) {
+		out = append(out, a.(string))
+	}
+	return out
+}
+
+func TestChartFlagsExist(t *testing.T) {
+	renders := map[string][]string{
+		"default":     nil,
+		"all-options": {"-f", filepath.Join("test", "helm", "testdata", "all-options.yaml")},
+	}
+	roles := map[string]string{"controller": "-controller", "dispatcher": "-dispatcher"}
+	for rname, extra := range renders {
+		objs := render(t, extra...)
+		for role, suffix := range roles {
+			t.Run(rname+"/"+role, func(t *testing.T) {
+				known := flagsOf(t, role)
+				var deploy *unstructured.Unstructured
+				for _, o := range objs {
+					if o.GetKind() == "Deployment" && strings.HasSuffix(o.GetName(), suffix) {
+						deploy = o
+					}
+				}
+				if deploy == nil {
+					t.Fatalf("no %s Deployment rendered", role)
+				}
+				a := args(t, deploy)
+				if a[0] != role {
+					t.Fatalf("first argument %q, want the subcommand %q", a[0], role)
+				}
+				for _, arg := range a[1:] {
+					name, _, _ := strings.Cut(strings.TrimPrefix(arg, "--"), "=")
+					if !strings.HasPrefix(arg, "--") {
+						t.Errorf("argument %q is not a --flag", arg)
+						continue
+					}
+					if known[name] {
+						continue
+					}
+					t.Errorf("the chart passes %q, but tiergate %s has no --%s", arg, role, name)
+				}
+			})
+		}
+	}
+}
+
+// freeAddr returns a loopback address nothing listens on.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// rewrite replaces the value of the named flags in the chart's arguments.
+func rewrite(t *testing.T, in []string, values map[string]string) []string {
+	t.Helper()
+	out := make([]string, 0, len(in))
+	seen := map[string]bool{}
+	for _, a := range in {
+		name, _, _ := strings.Cut(strings.TrimPrefix(a, "--"), "=")
+		if v, ok := values[name]; ok {
+			a = "--" + name + "=" + v
+			seen[name] = true
+		}
+		out = append(out, a)
+	}
+	for name := range values {
+		if !seen[name] {
+			t.Fatalf("the chart's arguments %v have no --%s to rewrite", in, name)
+		}
+	}
+	return out
+}
+
+// process is a started tiergate subcommand; stop ends it.
+type process struct {
+	cmd    *exec.Cmd
+	stderr *bytes.Buffer
+	done   chan struct{} // closed when the process has exited
+	err    error         // its exit status, once done is closed
+}
+
+func start(t *testing.T, argv []string) *process {
+	t.Helper()
+	cmd := exec.Command(binary(t), argv...)
+	var stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stderr, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &process{cmd: cmd, stderr: &stderr, done: make(chan struct{})}
+	go func() {
+		p.err = cmd.Wait()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-p.done:
+		default:
+			_ = cmd.Process.Kill()
+			<-p.done
+		}
+	})
+	return p
+}
+
+// stop sends SIGTERM and waits for a clean exit.
+func (p *process) stop(t *testing.T, within time.Duration) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-p.done:
+		if p.err != nil {
+			t.Errorf("exit after SIGTERM: %v\n%s", p.err, p.stderr)
+		}
+	case <-time.After(within):
+		t.Errorf("still running %v after SIGTERM\n%s", within, p.stderr)
+	}
+}
+
+// eventually polls cond until it holds or the deadline passes; the process
+// under test is real, so there is no clock to fake.
+func eventually(t *testing.T, what string, within time.Duration, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	last := ""
+	for {
+		ok, state := cond()
+		if ok {
+			return
+		}
+		last = state
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v (last: %s)", what, within, last)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func httpDo(t *testing.T, method, url, token string, body []byte) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	client := &http.Client{Timeout: 5 * time.Second}
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func TestDispatcherRunsWithChartFlags(t *testing.T) {
+	const token = "chart-flags-test-token-0123456789abcdef"
+	dir := t.TempDir()
+	tokenFile := filepath.Join(dir, "token")
+	if err := os.WriteFile(tokenFile, []byte(token), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	data, admin := freeAddr(t), freeAddr(t)
+	chartArgs := args(t, find(t, render(t), "Deployment", "tiergate-dispatcher"))
+	argv := rewrite(t, chartArgs, map[string]string{
+		"listen":           data,
+		"admin-listen":     admin,
+		"admin-token-file": tokenFile,
+	})
+	p := start(t, argv)
+
+	eventually(t, "/healthz answers 200", 20*time.Second, func() (bool, string) {
+		code, body := httpDo(t, http.MethodGet, "http://"+admin+"/healthz", "", nil)
+		return code == http.StatusOK, fmt.Sprintf("%d %s", code, body)
+	})
+	if code, body := httpDo(t, http.MethodGet, "http://"+admin+"/readyz", "", nil); code == http.StatusOK {
+		t.Errorf("/readyz = %d %q before any policy, want not ready", code, body)
+	}
+
+	pol := policy.Policy{
+		Version: 1, Pool: "tg/llm", Slots: 4, ServiceRate: 1, AgeingRate: 6, ClientTimeoutSeconds: 30,
+		Authentication: policy.Authentication{Mode: "TrustedHeader", HeaderName: "X-Tenant-ID"},
+		Tiers:          []policy.Tier{{Name: "premium", TolerableWaitSeconds: 5, QueueBound: 5, TenantConcurrencyLimit: 1, TenantQueueLimit: 1}},
+		Backends:       []policy.Backend{{Address: "127.0.0.1:1", Scheme: "http"}},
+	}
+	if err := pol.Validate(); err != nil {
+		t.Fatalf("the test's policy is invalid: %v", err)
+	}
+	body, err := json.Marshal(pol)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, resp := httpDo(t, http.MethodPut, "http://"+admin+"/v1/policy", "not-the-token", body); code != http.StatusUnauthorized {
+		t.Errorf("PUT /v1/policy with a wrong token = %d %q, want 401", code, resp)
+	}
+	if code, resp := httpDo(t, http.MethodPut, "http://"+admin+"/v1/policy", token, body); code/100 != 2 {
+		t.Fatalf("PUT /v1/policy with the mounted token = %d %q, want 2xx", code, resp)
+	}
+	eventually(t, "/readyz answers 200 with a policy", 10*time.Second, func() (bool, string) {
+		code, body := httpDo(t, http.MethodGet, "http://"+admin+"/readyz", "", nil)
+		return code == http.StatusOK, fmt.Sprintf("%d %s", code, body)
+	})
+	p.stop(t, 40*time.Second) // the chart's drain timeout is 30s; nothing is queued
+}
+
+// The controller, run as the chart's ServiceAccount with the chart's flags,
+// must lead, reconcile and write status with exactly the chart's RBAC.
+func runControllerAsServiceAccount(t *testing.T, ns, release string) {
+	t.Helper()
+	manifest := helmKube(t, "get", "manifest", release, "--namespace", ns)
+	objs := parseDocs(t, manifest)
+	deploy := find(t, objs, "Deployment", release+"-tiergate-controller")
+	sa := "system:serviceaccount:" + ns + ":" + field[string](t, deploy, "spec", "template", "spec", "serviceAccountName")
+
+	// A kubeconfig that impersonates the ServiceAccount.
+	cfg, err := clientcmd.LoadFromFile(controlPlane(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ai := range cfg.AuthInfos {
+		ai.Impersonate = sa
+		ai.ImpersonateGroups = []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"}
+	}
+	dir := t.TempDir()
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	if err := clientcmd.WriteToFile(*cfg, kubeconfig); err != nil {
+		t.Fatal(err)
+	}
+	tokenFile := filepath.Join(dir, "token")
+	if err := os.WriteFile(tokenFile, []byte(pushToken(t, ns, release+"-tiergate-push-token", "token")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	probe := freeAddr(t)
+	argv := rewrite(t, args(t, deploy), map[string]string{
+		"metrics-bind-address":      freeAddr(t),
+		"health-probe-bind-address": probe,
+		"push-token-file":           tokenFile,
+	})
+	argv = append(argv, "--kubeconfig="+kubeconfig)
+	p := start(t, argv)
+
+	eventually(t, "controller /readyz answers 200", 60*time.Second, func() (bool, string) {
+		code, body := httpDo(t, http.MethodGet, "http://"+probe+"/readyz", "", nil)
+		return code == http.StatusOK, fmt.Sprintf("%d %s", code, body)
+	})
+	cs := adminClientset(t)
+	eventually(t, "the controller holds its Lease", 30*time.Second, func() (bool, string) {
+		l, err := cs.CoordinationV1().Leases(ns).Get(context.Background(), "tiergate-controller.tiergate.dev", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity != "", "no holder"
+	})
+	dyn, err := dynamic.NewForConfig(cp.admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pools := dyn.Resource(schema.GroupVersionResource{Group: "tiergate.dev", Version: "v1alpha1", Resource: "modelpools"})
+	eventually(t, "the sample ModelPool gets status conditions", 30*time.Second, func() (bool, string) {
+		mp, err := pools.Namespace(ns).Get(context.Background(), "llm", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		conds, _, _ := unstructured.NestedSlice(mp.Object, "status", "conditions")
+		return len(conds) > 0, fmt.Sprintf("status %v", mp.Object["status"])
+	})
+	p.stop(t, 20*time.Second)
+	if logs := p.stderr.String(); regexp.MustCompile(`(?i)forbidden`).MatchString(logs) {
+		t.Errorf("the controller was refused something its role should allow:\n%s", logs)
+	}
+	l, err := cs.CoordinationV1().Leases(ns).Get(context.Background(), "tiergate-controller.tiergate.dev", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := l.Spec.HolderIdentity; h != nil && *h != "" {
+		t.Errorf("Lease still held by %q after a clean stop (release on cancel needs update)", *h)
+	}
+}
