@@ -2,6 +2,7 @@ package state
 
 import (
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net/url"
@@ -47,6 +48,9 @@ type Config struct {
 	// trailing newline trimmed) is the Redis password. It may not be
 	// combined with a password in URL.
 	PasswordFile string
+	// CAFile is --redis-ca-file: PEM certificates to trust for rediss://
+	// instead of the system roots (a private CA).
+	CAFile string
 	// LeaseTTL is --state-lease-ttl.
 	LeaseTTL time.Duration
 	// RenewInterval is --state-renew-interval; at most LeaseTTL/2.
@@ -107,6 +111,9 @@ func (c *Config) validate() error {
 	case c.RecheckInterval <= 0:
 		return fmt.Errorf("%w: recheck interval %s: want more than 0", ErrInvalidConfig, c.RecheckInterval)
 	}
+	if c.CAFile != "" && u.Scheme != "rediss" {
+		return fmt.Errorf("%w: --redis-ca-file is set but --state is not rediss://", ErrInvalidConfig)
+	}
 	if _, pw := u.User.Password(); pw && c.PasswordFile != "" {
 		return fmt.Errorf("%w: --state carries a password and --redis-password-file is set: give one", ErrInvalidConfig)
 	}
@@ -131,6 +138,17 @@ func (c *Config) redisOptions(tlsCfg *tls.Config) (*redis.Options, error) {
 			return nil, fmt.Errorf("%w: --redis-password-file %s is empty", ErrInvalidConfig, c.PasswordFile)
 		}
 		o.Password = pw
+	}
+	if c.CAFile != "" {
+		pem, err := os.ReadFile(c.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("%w: --redis-ca-file: %v", ErrInvalidConfig, err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("%w: --redis-ca-file %s holds no PEM certificate", ErrInvalidConfig, c.CAFile)
+		}
+		o.TLSConfig.RootCAs = pool
 	}
 	if tlsCfg != nil && o.TLSConfig != nil {
 		t := tlsCfg.Clone()

@@ -56,6 +56,14 @@ func TestConfigRefusals(t *testing.T) {
 			cfg:  Config{URL: "redis://:pw@h:1", PasswordFile: empty},
 			want: `state: invalid configuration: --state carries a password and --redis-password-file is set: give one`,
 		},
+		"ca file without tls": {
+			cfg:  Config{URL: "redis://h:1", CAFile: empty},
+			want: `state: invalid configuration: --redis-ca-file is set but --state is not rediss://`,
+		},
+		"ca file without a certificate": {
+			cfg:  Config{URL: "rediss://h:1", CAFile: empty},
+			want: `state: invalid configuration: --redis-ca-file ` + empty + ` holds no PEM certificate`,
+		},
 		"missing password file": {
 			cfg:  Config{URL: "redis://h:1", PasswordFile: filepath.Join(dir, "nope")},
 			want: `state: invalid configuration: --redis-password-file: open ` + filepath.Join(dir, "nope") + `: no such file or directory`,

@@ -15,15 +15,17 @@ import (
 // Flags are the dispatcher flags of fleet mode besides --state.
 type Flags struct {
 	PasswordFile  string
+	CAFile        string
 	LeaseTTL      time.Duration
 	RenewInterval time.Duration
 }
 
-// AddFlags defines --redis-password-file, --state-lease-ttl and
-// --state-renew-interval on fs.
+// AddFlags defines --redis-password-file, --redis-ca-file,
+// --state-lease-ttl and --state-renew-interval on fs.
 func AddFlags(fs *flag.FlagSet) *Flags {
 	f := &Flags{}
 	fs.StringVar(&f.PasswordFile, "redis-password-file", "", "file holding the Redis password for --state=redis://… (fleet mode)")
+	fs.StringVar(&f.CAFile, "redis-ca-file", "", "PEM certificates to trust for --state=rediss://… instead of the system roots")
 	fs.DurationVar(&f.LeaseTTL, "state-lease-ttl", DefaultLeaseTTL, "fleet mode: how long a slot or queued place outlives its last renewal; a crashed dispatcher's capacity returns within it")
 	fs.DurationVar(&f.RenewInterval, "state-renew-interval", 0, "fleet mode: how often a dispatcher renews all its leases in one batch, at most half of --state-lease-ttl (0: 3s, or a third of the TTL when that is shorter)")
 	return f
@@ -44,7 +46,7 @@ func WithFlags(ctx context.Context, f *Flags) context.Context {
 func Open(ctx context.Context, stateURL string, kick func(), log logr.Logger) (queue.Gate, io.Closer, error) {
 	cfg := Config{URL: stateURL}
 	if f, ok := ctx.Value(flagsKey{}).(*Flags); ok && f != nil {
-		cfg.PasswordFile, cfg.LeaseTTL, cfg.RenewInterval = f.PasswordFile, f.LeaseTTL, f.RenewInterval
+		cfg.PasswordFile, cfg.CAFile, cfg.LeaseTTL, cfg.RenewInterval = f.PasswordFile, f.CAFile, f.LeaseTTL, f.RenewInterval
 	}
 	g, err := New(cfg, WithLogger(log))
 	if err != nil {

@@ -622,3 +622,88 @@ func TestGateErrorsAreCountedByOp(t *testing.T) {
 		t.Errorf("status %+v", st)
 	}
 }
+
+// TestGateFrozenRedisCostsOneTimeout freezes Redis (no connection error,
+// just silence): the call that finds out waits at most the op timeout,
+// every later call answers from the slice at once, and when Redis thaws
+// fleet mode resumes.
+func TestGateFrozenRedisCostsOneTimeout(t *testing.T) {
+	s := redistest.Start(t, redistest.Options{})
+	const opTimeout = 200 * time.Millisecond
+	g := newGate(t, s, "a", Config{LeaseTTL: 3 * time.Second, RenewInterval: 200 * time.Millisecond, OpTimeout: opTimeout})
+	g.ObservePolicy(fleetPolicy("ns/llm", 4))
+	g.Start(func() {})
+	waitFor(t, 5*time.Second, "registered", func() bool { return g.Status().FleetSize == 1 })
+
+	s.Pause()
+	defer s.Resume()
+	start := time.Now()
+	if _, err := g.Enqueue("a", "standard", 8, 4); err != nil {
+		t.Fatalf("enqueue against a frozen Redis: %v", err)
+	}
+	first := time.Since(start)
+	if first > opTimeout+300*time.Millisecond {
+		t.Errorf("the first call took %s, want about the op timeout %s", first, opTimeout)
+	}
+	if !g.Degraded() {
+		t.Fatal("not degraded")
+	}
+	start = time.Now()
+	for range 100 {
+		if r := g.Acquire("a", "standard", 4, 2); r != queue.Granted {
+			t.Fatalf("acquire: %v", r)
+		}
+		g.Release("a", "standard")
+		if _, err := g.Enqueue("a", "standard", 8, 4); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if d := time.Since(start); d > 100*time.Millisecond {
+		t.Errorf("300 degraded calls took %s: they waited on Redis", d)
+	}
+	s.Resume()
+	waitFor(t, 5*time.Second, "fleet mode to resume", func() bool { return !g.Degraded() })
+	c := rawClient(t, s)
+	ks := keysFor("ns/llm")
+	waitFor(t, 2*time.Second, "the queued lease in Redis, the released slots gone", func() bool {
+		return live(t, c, ks.tierQueued("standard")) == 1 && live(t, c, ks.slots()) == 0
+	})
+}
+
+// TestGateOverTLS runs fleet mode over rediss:// against a TLS-only
+// redis-server whose certificate a private CA signed: trusted through
+// --redis-ca-file, refused (and so degraded, still serving) without it.
+func TestGateOverTLS(t *testing.T) {
+	s := redistest.Start(t, redistest.Options{TLS: true})
+	c := rawTLSClient(t, s)
+	tests := map[string]struct {
+		caFile       string
+		wantDegraded bool
+	}{
+		"private CA trusted": {caFile: s.CAFile()},
+		"system roots only":  {wantDegraded: true},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			g := newGate(t, s, "tls", Config{CAFile: tc.caFile})
+			g.ObservePolicy(fleetPolicy("ns/tls", 2))
+			if _, err := g.Enqueue("a", "standard", 8, 4); err != nil {
+				t.Fatal(err)
+			}
+			if r := g.Acquire("a", "standard", 2, 2); r != queue.Granted {
+				t.Fatal(r)
+			}
+			if g.Degraded() != tc.wantDegraded {
+				t.Errorf("degraded = %v, want %v", g.Degraded(), tc.wantDegraded)
+			}
+			want := 1
+			if tc.wantDegraded {
+				want = 0
+			}
+			if n := live(t, c, keysFor("ns/tls").slots()); n != want {
+				t.Errorf("slots in Redis: %d, want %d", n, want)
+			}
+			g.Release("a", "standard")
+		})
+	}
+}

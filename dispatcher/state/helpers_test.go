@@ -2,6 +2,9 @@ package state
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"os"
 	"sort"
 	"strconv"
 	"sync/atomic"
@@ -18,6 +21,21 @@ import (
 func rawClient(t *testing.T, s *redistest.Server) *redis.Client {
 	t.Helper()
 	c := redis.NewClient(&redis.Options{Addr: s.Addr(), Protocol: 2})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// rawTLSClient is rawClient for a TLS server.
+func rawTLSClient(t *testing.T, s *redistest.Server) *redis.Client {
+	t.Helper()
+	pem, err := os.ReadFile(s.CAFile())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(pem)
+	c := redis.NewClient(&redis.Options{Addr: s.Addr(), Protocol: 2,
+		TLSConfig: &tls.Config{RootCAs: pool, ServerName: "127.0.0.1", MinVersion: tls.VersionTLS12}})
 	t.Cleanup(func() { _ = c.Close() })
 	return c
 }

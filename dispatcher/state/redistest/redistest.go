@@ -9,13 +9,22 @@ package redistest
 import (
 	"bufio"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"fmt"
+	"math/big"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -23,6 +32,9 @@ import (
 // Server is one redis-server process.
 type Server struct {
 	t       testing.TB
+	tls     bool
+	caFile  string
+	caPool  *x509.CertPool
 	dir     string
 	port    int
 	extra   []string
@@ -38,6 +50,9 @@ type Options struct {
 	Cluster bool
 	// Password sets requirepass.
 	Password string
+	// TLS serves TLS only (rediss://), with a certificate for 127.0.0.1
+	// from a fresh test CA (CAFile).
+	TLS bool
 	// Extra arguments for redis-server.
 	Extra []string
 }
@@ -53,7 +68,13 @@ func Start(t testing.TB, opts Options) *Server {
 		}
 		t.Skipf("redis-server not found: %v", err)
 	}
-	s := &Server{t: t, dir: t.TempDir(), port: FreePort(t)}
+	s := &Server{t: t, dir: t.TempDir(), port: FreePort(t), tls: opts.TLS}
+	if opts.TLS {
+		s.makeCerts()
+		s.extra = append(s.extra, "--tls-cert-file", filepath.Join(s.dir, "server.pem"),
+			"--tls-key-file", filepath.Join(s.dir, "server-key.pem"),
+			"--tls-ca-cert-file", s.caFile, "--tls-auth-clients", "no")
+	}
 	s.extra = append(s.extra, opts.Extra...)
 	if opts.Password != "" {
 		s.extra = append(s.extra, "--requirepass", opts.Password)
@@ -91,15 +112,19 @@ func FreePort(t testing.TB) int {
 func (s *Server) start() {
 	s.t.Helper()
 	s.logPath = filepath.Join(s.dir, "redis.log")
-	args := append([]string{
-		"--port", strconv.Itoa(s.port),
+	portArgs := []string{"--port", strconv.Itoa(s.port)}
+	if s.tls {
+		portArgs = []string{"--port", "0", "--tls-port", strconv.Itoa(s.port)}
+	}
+	args := append(append(portArgs,
+		"--bind", "127.0.0.1",
 		"--bind", "127.0.0.1",
 		"--save", "",
 		"--appendonly", "no",
 		"--dir", s.dir,
 		"--logfile", s.logPath,
 		"--daemonize", "no",
-	}, s.extra...)
+	), s.extra...)
 	cmd := exec.Command("redis-server", args...)
 	if err := cmd.Start(); err != nil {
 		s.t.Fatalf("start redis-server: %v", err)
@@ -110,6 +135,15 @@ func (s *Server) start() {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		c, err := net.DialTimeout("tcp", s.Addr(), 100*time.Millisecond)
+		if err == nil && s.tls {
+			tc := tls.Client(c, &tls.Config{RootCAs: s.caPool, ServerName: "127.0.0.1"})
+			_ = tc.SetDeadline(time.Now().Add(time.Second))
+			if err = tc.Handshake(); err == nil {
+				c = tc
+			} else {
+				c.Close()
+			}
+		}
 		if err == nil {
 			// The port accepts before the server has loaded; PING proves it.
 			ok := ping(c)
@@ -146,8 +180,66 @@ func (s *Server) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.It
 // Port is the TCP port.
 func (s *Server) Port() int { return s.port }
 
-// URL is redis://127.0.0.1:port/db.
-func (s *Server) URL(db int) string { return fmt.Sprintf("redis://%s/%d", s.Addr(), db) }
+// URL is redis://127.0.0.1:port/db, or rediss:// for a TLS server.
+func (s *Server) URL(db int) string {
+	if s.tls {
+		return fmt.Sprintf("rediss://%s/%d", s.Addr(), db)
+	}
+	return fmt.Sprintf("redis://%s/%d", s.Addr(), db)
+}
+
+// CAFile is the PEM file of the CA that signed a TLS server's certificate.
+func (s *Server) CAFile() string { return s.caFile }
+
+// makeCerts writes a fresh CA and a server certificate for 127.0.0.1.
+func (s *Server) makeCerts() {
+	s.t.Helper()
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	now := time.Now()
+	caTmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "redistest CA"},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
+	}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	ca, _ := x509.ParseCertificate(caDER)
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "127.0.0.1"},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
+		KeyUsage:    x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	s.caFile = filepath.Join(s.dir, "ca.pem")
+	for path, block := range map[string]*pem.Block{
+		s.caFile:                               {Type: "CERTIFICATE", Bytes: caDER},
+		filepath.Join(s.dir, "server.pem"):     {Type: "CERTIFICATE", Bytes: der},
+		filepath.Join(s.dir, "server-key.pem"): {Type: "EC PRIVATE KEY", Bytes: keyDER},
+	} {
+		if err := os.WriteFile(path, pem.EncodeToMemory(block), 0o600); err != nil {
+			s.t.Fatal(err)
+		}
+	}
+	s.caPool = x509.NewCertPool()
+	s.caPool.AddCert(ca)
+}
 
 // Log returns the server's log file.
 func (s *Server) Log() string {
@@ -173,6 +265,7 @@ func (s *Server) Stop() {
 	if !s.Running() {
 		return
 	}
+	s.Resume() // a paused server would not see SIGTERM
 	_ = s.cmd.Process.Signal(os.Interrupt)
 	select {
 	case <-s.done:
@@ -191,6 +284,13 @@ func (s *Server) Kill() {
 	_ = s.cmd.Process.Kill()
 	<-s.done
 }
+
+// Pause freezes the server (SIGSTOP): connections stay open and nothing
+// answers, like a hung or partitioned server. Resume undoes it.
+func (s *Server) Pause() { _ = s.cmd.Process.Signal(syscall.SIGSTOP) }
+
+// Resume continues a paused server (SIGCONT).
+func (s *Server) Resume() { _ = s.cmd.Process.Signal(syscall.SIGCONT) }
 
 // Restart starts a fresh, empty server on the same port after Stop or Kill.
 func (s *Server) Restart() {
