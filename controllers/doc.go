@@ -2,12 +2,23 @@
 // plus the model Deployment's ready replicas, into Policy documents and
 // pushes them to every dispatcher pod of the pool.
 //
-// bounds.go is the pure computation (DESIGN.md section 4): no API server, no
-// clock, no goroutines; `tiergate simulate` calls it too. The reconcilers
-// read objects through controller-runtime's cache, compute status with pure
-// helpers and write it only when it changed. The push client sends policies
-// concurrently, one goroutine per dispatcher pod for the duration of a push,
-// and keeps what each pod acknowledged in memory behind a mutex, keyed by pod
-// UID. controller-runtime serialises reconciles of one pool, so one pool's
-// push state is only ever changed by one reconcile at a time.
+//   - bounds.go is the pure computation of DESIGN.md section 4: no API
+//     server, no clock, no goroutines. `tiergate simulate` calls it too.
+//   - status.go holds pure helpers from observations to status; measured.go
+//     and apikeys.go are pure too.
+//   - PoolReconciler (one reconcile per ModelPool) reads through the
+//     manager's cache, computes the bounds, persists the policy version in
+//     status before any dispatcher sees it, hands the policies to the
+//     Pusher, then writes tier and quota status, only where it changed.
+//     QuotaReconciler writes only the status of quotas whose tier is gone.
+//   - Pusher keeps one sender goroutine per dispatcher pod (keyed by UID)
+//     while the pod is a target; senders push concurrently with a bounded
+//     timeout and exponential backoff, and report each attempt through a
+//     non-blocking notifier that enqueues the pool again.
+//
+// Concurrency: controller-runtime serialises reconciles of one pool, so a
+// pool's in-memory state (content hash, version, last resync) is only
+// touched by one reconcile at a time; the map holding it, and the Pusher's
+// per-pod state, are guarded by mutexes. Pusher and notifier are manager
+// runnables that need leader election, so only the leader pushes.
 package controllers

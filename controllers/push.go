@@ -380,12 +380,12 @@ func (p *Pusher) pushOnce(ctx context.Context, t Target) attempt {
 	}
 	ctx, cancel := context.WithTimeout(ctx, p.opts.Timeout)
 	defer cancel()
-	resp, answer, err := p.do(ctx, http.MethodPut, t.Address, token, body)
+	code, answer, err := p.do(ctx, http.MethodPut, t.Address, token, body)
 	if err != nil {
 		return attempt{result: PushUnreachable, err: fmt.Errorf("%w: %s: %v", ErrPushUnreachable, t.Address, err)}
 	}
-	switch code := resp.StatusCode; {
-	case code == http.StatusOK:
+	switch code {
+	case http.StatusOK:
 		var ack policy.Ack
 		if err := json.Unmarshal(answer, &ack); err != nil {
 			return attempt{result: PushFailed, err: fmt.Errorf("%w: %s answered 200 with an unreadable ack: %v", ErrPushFailed, t.Address, err)}
@@ -394,11 +394,11 @@ func (p *Pusher) pushOnce(ctx context.Context, t Target) attempt {
 			return attempt{result: PushFailed, err: fmt.Errorf("%w: %s acknowledged version %d, sent %d", ErrPushFailed, t.Address, ack.Version, t.Policy.Version)}
 		}
 		return attempt{result: PushOK, ack: ack}
-	case code == http.StatusUnauthorized || code == http.StatusForbidden:
+	case http.StatusUnauthorized, http.StatusForbidden:
 		return attempt{result: PushUnauthorized, err: fmt.Errorf("%w: %s answered %d", ErrPushUnauthorized, t.Address, code)}
-	case code == http.StatusBadRequest:
+	case http.StatusBadRequest:
 		return attempt{result: PushRejected, err: fmt.Errorf("%w: %s answered 400: %s", ErrPushRejected, t.Address, summarize(answer))}
-	case code == http.StatusConflict:
+	case http.StatusConflict:
 		held := heldVersion(answer)
 		if held == 0 {
 			held = p.fetchVersion(ctx, t.Address, token)
@@ -409,14 +409,16 @@ func (p *Pusher) pushOnce(ctx context.Context, t Target) attempt {
 	}
 }
 
-func (p *Pusher) do(ctx context.Context, method, address, token string, body []byte) (*http.Response, []byte, error) {
+// do sends one request and returns the status code and up to maxAnswer
+// bytes of the answer; the body is closed.
+func (p *Pusher) do(ctx context.Context, method, address, token string, body []byte) (int, []byte, error) {
 	var rd io.Reader
 	if body != nil {
 		rd = bytes.NewReader(body)
 	}
 	req, err := http.NewRequestWithContext(ctx, method, "http://"+address+"/v1/policy", rd)
 	if err != nil {
-		return nil, nil, err
+		return 0, nil, err
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
@@ -427,21 +429,21 @@ func (p *Pusher) do(ctx context.Context, method, address, token string, body []b
 	}
 	resp, err := p.client.Do(req)
 	if err != nil {
-		return nil, nil, err
+		return 0, nil, err
 	}
 	defer resp.Body.Close()
 	answer, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer))
 	if err != nil {
-		return nil, nil, err
+		return 0, nil, err
 	}
-	return resp, answer, nil
+	return resp.StatusCode, answer, nil
 }
 
 // fetchVersion asks a dispatcher which version it holds (after a 409 whose
 // body did not say). 0 when it cannot tell.
 func (p *Pusher) fetchVersion(ctx context.Context, address, token string) int64 {
-	resp, answer, err := p.do(ctx, http.MethodGet, address, token, nil)
-	if err != nil || resp.StatusCode != http.StatusOK {
+	code, answer, err := p.do(ctx, http.MethodGet, address, token, nil)
+	if err != nil || code != http.StatusOK {
 		return 0
 	}
 	return heldVersion(answer)

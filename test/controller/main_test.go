@@ -49,7 +49,7 @@ func TestMain(m *testing.M) {
 func run(m *testing.M) int {
 	if err := setUp(); err != nil {
 		fmt.Fprintln(os.Stderr, "test/controller:", err)
-		tearDown()
+		_ = tearDown()
 		return 1
 	}
 	code := m.Run()

@@ -1,0 +1,36 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+func TestControllerFlags(t *testing.T) {
+	tests := map[string]struct {
+		args       []string
+		wantCode   int
+		wantStderr string
+	}{
+		"help":                {[]string{"--help"}, 0, "Usage: tiergate controller [flags]"},
+		"unknown flag":        {[]string{"--bogus"}, 2, "flag provided but not defined: -bogus"},
+		"positional argument": {[]string{"extra"}, 2, `tiergate controller: unexpected arguments ["extra"]`},
+		"zero resync":         {[]string{"--resync-period=0s"}, 2, "tiergate controller: --resync-period (0s) and --push-timeout (5s) must be positive"},
+		"negative timeout":    {[]string{"--push-timeout=-1s"}, 2, "tiergate controller: --resync-period (30s) and --push-timeout (-1s) must be positive"},
+		"zero qps":            {[]string{"--kube-api-qps=0"}, 2, "tiergate controller: --kube-api-qps (0) and --kube-api-burst (100) must be positive"},
+		"bad duration":        {[]string{"--resync-period=soon"}, 2, `invalid value "soon" for flag -resync-period`},
+		"missing kubeconfig":  {[]string{"--kubeconfig=/nonexistent/kubeconfig"}, 1, "/nonexistent/kubeconfig: no such file or directory"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			code := dispatch(append([]string{"controller"}, tc.args...), &stdout, &stderr)
+			if code != tc.wantCode {
+				t.Errorf("exit code %d, want %d; stderr:\n%s", code, tc.wantCode, stderr.String())
+			}
+			if !strings.Contains(stderr.String(), tc.wantStderr) {
+				t.Errorf("stderr %q does not contain %q", stderr.String(), tc.wantStderr)
+			}
+		})
+	}
+}
