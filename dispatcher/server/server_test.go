@@ -15,6 +15,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/goleak"
 	"k8s.io/utils/clock"
 
@@ -216,5 +217,34 @@ func TestConfigValidate(t *testing.T) {
 				t.Errorf("err %q, want %q", got, tc.wantErr)
 			}
 		})
+	}
+}
+
+// A client that is gone when its slot comes is counted as abandoned at
+// dispatch, its slot goes back, and nothing reaches the backend.
+func TestAbandonedAtDispatch(t *testing.T) {
+	f := newFixture(t, testPolicy(policy.AuthTrustedHeader, 2))
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	req := httptest.NewRequestWithContext(ctx, http.MethodPost, "/v1/completions", strings.NewReader(`{"prompt":"x"}`))
+	req.Header.Set("X-Tenant-Id", "acme")
+	rec := httptest.NewRecorder()
+	f.srv.ServeHTTP(rec, req) // a free slot: dispatched at Admit, then the client check fails
+	want := `
+# HELP tiergate_abandoned_total Requests whose client went away, by stage (queued, dispatch, inflight).
+# TYPE tiergate_abandoned_total counter
+tiergate_abandoned_total{pool="p",stage="dispatch",tier="premium"} 1
+# HELP tiergate_requests_total Finished requests by HTTP status sent (499: the client went away first).
+# TYPE tiergate_requests_total counter
+tiergate_requests_total{code="499",pool="p",tier="premium"} 1
+`
+	if err := testutil.GatherAndCompare(f.reg, strings.NewReader(want), "tiergate_abandoned_total", "tiergate_requests_total"); err != nil {
+		t.Error(err)
+	}
+	if st := f.q.Stats(); st.InFlight != 0 || st.Completed != 1 {
+		t.Errorf("queue: %+v", st)
+	}
+	if len(f.be.paths) != 0 {
+		t.Errorf("backend reached: %v", f.be.paths)
 	}
 }
