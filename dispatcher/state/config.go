@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -41,8 +42,9 @@ var ErrInvalidConfig = errors.New("state: invalid configuration")
 // flags gave.
 type Config struct {
 	// URL is --state: redis://[user[:password]@]host[:port][/db] or
-	// rediss://… for TLS. Query parameters are go-redis options
-	// (e.g. ?dial_timeout=1s); a few are fixed by the Gate (see New).
+	// rediss://… for TLS. For Redis Cluster add ?cluster=true (and more
+	// seed nodes as &addr=host:port). Other query parameters are go-redis
+	// options; the timeouts and retries are fixed by the Gate.
 	URL string
 	// PasswordFile is --redis-password-file: a file whose content (one
 	// trailing newline trimmed) is the Redis password. It may not be
@@ -120,43 +122,82 @@ func (c *Config) validate() error {
 	return nil
 }
 
-// redisOptions turns the validated config into go-redis options. A call on
-// the dispatch path must fail fast rather than stall the queue, so the
-// Gate's timeouts replace go-redis's defaults and retries are off.
+// clusterURL reports whether the URL asks for Redis Cluster (?cluster=true,
+// or more seed nodes in ?addr=) and returns it without the cluster
+// parameter, as go-redis expects it.
+func clusterURL(raw string) (bool, string, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return false, raw, err
+	}
+	q := u.Query()
+	cluster := len(q["addr"]) > 0
+	if v, ok := q["cluster"]; ok {
+		b, err := strconv.ParseBool(v[len(v)-1])
+		if err != nil {
+			return false, raw, fmt.Errorf("cluster=%q: want true or false", v[len(v)-1])
+		}
+		cluster = cluster || b
+		q.Del("cluster")
+		u.RawQuery = q.Encode()
+	}
+	return cluster, u.String(), nil
+}
+
+// newClient connects nothing yet: a Redis Cluster client when the URL asks
+// for one, else a single-node client. Calls on the dispatch path must fail
+// fast rather than stall the queue, so the Gate's timeouts replace go-redis's
+// defaults and retries are off.
+func (c *Config) newClient(tlsCfg *tls.Config) (redis.UniversalClient, error) {
+	cluster, raw, err := clusterURL(c.URL)
+	if err != nil {
+		return nil, fmt.Errorf("%w: --state %q: %v", ErrInvalidConfig, redactURL(c.URL), err)
+	}
+	if !cluster {
+		o, err := c.redisOptions(tlsCfg)
+		if err != nil {
+			return nil, err
+		}
+		return redis.NewClient(o), nil
+	}
+	if u, _ := url.Parse(raw); strings.Trim(u.Path, "/") != "" && strings.Trim(u.Path, "/") != "0" {
+		return nil, fmt.Errorf("%w: --state %q: Redis Cluster has only database 0", ErrInvalidConfig, redactURL(c.URL))
+	}
+	o, err := redis.ParseClusterURL(raw)
+	if err != nil {
+		return nil, fmt.Errorf("%w: --state %q: %v", ErrInvalidConfig, redactURL(c.URL), err)
+	}
+	pw, tc, err := c.secrets(o.TLSConfig, tlsCfg)
+	if err != nil {
+		return nil, err
+	}
+	if pw != "" {
+		o.Password = pw
+	}
+	o.TLSConfig = tc
+	o.DialTimeout, o.DialerRetries = c.OpTimeout, 1
+	o.ReadTimeout, o.WriteTimeout, o.PoolTimeout = c.OpTimeout, c.OpTimeout, c.OpTimeout
+	o.MaxRetries = -1
+	o.ContextTimeoutEnabled = true
+	o.DisableIdentity = true
+	o.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+	return redis.NewClusterClient(o), nil
+}
+
+// redisOptions are the single-node client's options.
 func (c *Config) redisOptions(tlsCfg *tls.Config) (*redis.Options, error) {
 	o, err := redis.ParseURL(c.URL)
 	if err != nil {
 		return nil, fmt.Errorf("%w: --state %q: %v", ErrInvalidConfig, redactURL(c.URL), err)
 	}
-	if c.PasswordFile != "" {
-		b, err := os.ReadFile(c.PasswordFile)
-		if err != nil {
-			return nil, fmt.Errorf("%w: --redis-password-file: %v", ErrInvalidConfig, err)
-		}
-		pw := strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), "\r")
-		if pw == "" {
-			return nil, fmt.Errorf("%w: --redis-password-file %s is empty", ErrInvalidConfig, c.PasswordFile)
-		}
+	pw, tc, err := c.secrets(o.TLSConfig, tlsCfg)
+	if err != nil {
+		return nil, err
+	}
+	if pw != "" {
 		o.Password = pw
 	}
-	if c.CAFile != "" {
-		pem, err := os.ReadFile(c.CAFile)
-		if err != nil {
-			return nil, fmt.Errorf("%w: --redis-ca-file: %v", ErrInvalidConfig, err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("%w: --redis-ca-file %s holds no PEM certificate", ErrInvalidConfig, c.CAFile)
-		}
-		o.TLSConfig.RootCAs = pool
-	}
-	if tlsCfg != nil && o.TLSConfig != nil {
-		t := tlsCfg.Clone()
-		if t.ServerName == "" {
-			t.ServerName = o.TLSConfig.ServerName
-		}
-		o.TLSConfig = t
-	}
+	o.TLSConfig = tc
 	o.DialTimeout = c.OpTimeout
 	o.DialerRetries = 1
 	o.ReadTimeout = c.OpTimeout
@@ -167,6 +208,46 @@ func (c *Config) redisOptions(tlsCfg *tls.Config) (*redis.Options, error) {
 	o.DisableIdentity = true
 	o.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 	return o, nil
+}
+
+// secrets reads the password file and completes the TLS configuration go-redis
+// derived from the URL (nil for redis://) with the CA file and the option.
+func (c *Config) secrets(fromURL, opt *tls.Config) (string, *tls.Config, error) {
+	pw := ""
+	if c.PasswordFile != "" {
+		b, err := os.ReadFile(c.PasswordFile)
+		if err != nil {
+			return "", nil, fmt.Errorf("%w: --redis-password-file: %v", ErrInvalidConfig, err)
+		}
+		pw = strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), "\r")
+		if pw == "" {
+			return "", nil, fmt.Errorf("%w: --redis-password-file %s is empty", ErrInvalidConfig, c.PasswordFile)
+		}
+	}
+	tc := fromURL
+	if tc == nil {
+		return pw, nil, nil
+	}
+	tc.MinVersion = tls.VersionTLS12
+	if c.CAFile != "" {
+		pem, err := os.ReadFile(c.CAFile)
+		if err != nil {
+			return "", nil, fmt.Errorf("%w: --redis-ca-file: %v", ErrInvalidConfig, err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return "", nil, fmt.Errorf("%w: --redis-ca-file %s holds no PEM certificate", ErrInvalidConfig, c.CAFile)
+		}
+		tc.RootCAs = pool
+	}
+	if opt != nil {
+		t := opt.Clone()
+		if t.ServerName == "" {
+			t.ServerName = tc.ServerName
+		}
+		tc = t
+	}
+	return pw, tc, nil
 }
 
 // redactURL hides a password in a URL for messages.

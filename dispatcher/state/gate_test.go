@@ -707,3 +707,75 @@ func TestGateOverTLS(t *testing.T) {
 		})
 	}
 }
+
+// TestGateOnThreeNodeCluster runs two pools whose hash tags live on
+// different nodes of a real 3-node Redis Cluster: with ?cluster=true the
+// Gate follows the slots, every script runs where its pool's keys are, and
+// a release on one dispatcher wakes the other through the cluster bus.
+func TestGateOnThreeNodeCluster(t *testing.T) {
+	nodes := redistest.StartCluster(t, 3)
+	// Pools whose keys land on different nodes.
+	slotOf := func(pool string) int64 {
+		n, err := rawClient(t, nodes[0]).ClusterKeySlot(context.Background(), keysFor(pool).slots()).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	// StartCluster gives node i the slots [i*16384/3, (i+1)*16384/3).
+	owner := func(slot int64) int {
+		for i := 2; i > 0; i-- {
+			if slot >= int64(i*16384/3) {
+				return i
+			}
+		}
+		return 0
+	}
+	pools := []string{"ns/a"}
+	for i := 0; len(pools) < 2; i++ {
+		p := "ns/b" + strconv.Itoa(i)
+		if owner(slotOf(p)) != owner(slotOf(pools[0])) {
+			pools = append(pools, p)
+		}
+	}
+	url := "redis://" + nodes[0].Addr() + "?cluster=true&addr=" + nodes[1].Addr()
+	for _, pool := range pools {
+		t.Run(pool, func(t *testing.T) {
+			var wakes counter
+			mk := func(id string) *Redis {
+				g, err := New(Config{URL: url, DispatcherID: id, LeaseTTL: 2 * time.Second, RenewInterval: 200 * time.Millisecond})
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = g.Close() })
+				g.ObservePolicy(fleetPolicy(pool, 1))
+				return g
+			}
+			a, b := mk("a"), mk("b")
+			a.Start(func() {})
+			b.Start(wakes.wake)
+			waitFor(t, 5*time.Second, "both registered", func() bool {
+				return a.Status().FleetSize == 2 && b.Status().FleetSize == 2
+			})
+			runSteps(t, []*Redis{a, b}, []step{
+				{gate: 0, op: "enqueue", tenant: "x", want: "ok", n: 1},
+				{gate: 0, op: "acquire", tenant: "x", want: "Granted"},
+				{gate: 1, op: "enqueue", tenant: "y", want: "ok", n: 1},
+				{gate: 1, op: "acquire", tenant: "y", want: "PoolFull"},
+			}, 1, 1, 4, 2)
+			before := wakes.get()
+			a.Release("x", "standard")
+			waitFor(t, 5*time.Second, "b woken through the cluster", func() bool { return wakes.get() > before })
+			runSteps(t, []*Redis{a, b}, []step{{gate: 1, op: "acquire", tenant: "y", want: "Granted"}}, 1, 1, 4, 2)
+			if a.Degraded() || b.Degraded() {
+				t.Errorf("degraded on the cluster: a %v b %v", a.Degraded(), b.Degraded())
+			}
+			// The pool's keys are on its slot's node only.
+			home := nodes[owner(slotOf(pool))]
+			if n := live(t, rawClient(t, home), keysFor(pool).slots()); n != 1 {
+				t.Errorf("slots on the owning node: %d, want 1", n)
+			}
+			b.Release("y", "standard")
+		})
+	}
+}

@@ -30,7 +30,7 @@ type Redis struct {
 	cfg    Config
 	clk    clock.WithTickerAndDelayedExecution
 	log    logr.Logger
-	client *redis.Client
+	client redis.UniversalClient
 	id     string
 	ttlMs  int64
 	m      *metrics
@@ -90,7 +90,7 @@ func New(cfg Config, opts ...Option) (*Redis, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	ro, err := cfg.redisOptions(o.tls)
+	client, err := cfg.newClient(o.tls)
 	if err != nil {
 		return nil, err
 	}
@@ -101,7 +101,7 @@ func New(cfg Config, opts ...Option) (*Redis, error) {
 		cfg:     cfg,
 		clk:     o.clock,
 		log:     o.log,
-		client:  redis.NewClient(ro),
+		client:  client,
 		id:      cfg.DispatcherID,
 		ttlMs:   cfg.LeaseTTL.Milliseconds(),
 		led:     newLedger(),

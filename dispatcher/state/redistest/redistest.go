@@ -22,6 +22,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -55,6 +56,8 @@ type Options struct {
 	TLS bool
 	// Extra arguments for redis-server.
 	Extra []string
+
+	noSlots bool // StartCluster assigns the slots itself
 }
 
 // Start starts a redis-server on a free loopback port, or skips the test
@@ -85,17 +88,50 @@ func Start(t testing.TB, opts Options) *Server {
 	}
 	s.start()
 	t.Cleanup(s.Stop)
-	if opts.Cluster {
+	if opts.Cluster && !opts.noSlots {
 		s.CLI(opts.Password, "CLUSTER", "ADDSLOTSRANGE", "0", "16383")
-		deadline := time.Now().Add(10 * time.Second)
-		for !strings.Contains(s.CLI(opts.Password, "CLUSTER", "INFO"), "cluster_state:ok") {
-			if time.Now().After(deadline) {
-				t.Fatalf("redis cluster on port %d never reached cluster_state:ok", s.port)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+		s.waitClusterOK(opts.Password, 1)
 	}
 	return s
+}
+
+// StartCluster starts an n-node Redis Cluster (masters only, the hash
+// slots split evenly) and returns its nodes.
+func StartCluster(t testing.TB, n int) []*Server {
+	t.Helper()
+	nodes := make([]*Server, n)
+	for i := range nodes {
+		nodes[i] = Start(t, Options{Cluster: true, noSlots: true})
+		lo, hi := i*16384/n, (i+1)*16384/n-1
+		nodes[i].CLI("", "CLUSTER", "ADDSLOTSRANGE", strconv.Itoa(lo), strconv.Itoa(hi))
+	}
+	for _, x := range nodes[1:] {
+		nodes[0].CLI("", "CLUSTER", "MEET", "127.0.0.1", strconv.Itoa(x.port))
+	}
+	for _, x := range nodes {
+		x.waitClusterOK("", n)
+	}
+	return nodes
+}
+
+var clusterSize = regexp.MustCompile(`cluster_size:(\d+)`)
+
+// waitClusterOK waits until the node reports cluster_state:ok with n known
+// masters.
+func (s *Server) waitClusterOK(password string, n int) {
+	s.t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		info := s.CLI(password, "CLUSTER", "INFO")
+		m := clusterSize.FindStringSubmatch(info)
+		if strings.Contains(info, "cluster_state:ok") && m != nil && m[1] == strconv.Itoa(n) {
+			return
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("redis cluster node on port %d not ok with %d masters:\n%s", s.port, n, info)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // FreePort returns a loopback TCP port that was free a moment ago.
