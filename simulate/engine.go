@@ -480,7 +480,9 @@ func (e *engine) advance(t time.Duration) {
 	if t > from {
 		dt := (t - from).Seconds()
 		e.inflightArea += float64(e.inflight) * dt
-		e.slotsArea += float64(e.slots) * dt
+		// After a scale-down, slots still busy count as capacity until
+		// they free.
+		e.slotsArea += float64(max(e.slots, e.inflight)) * dt
 		for _, ts := range e.tiers {
 			ts.area += float64(ts.queued) * dt
 		}

@@ -15,7 +15,9 @@ type Result struct {
 	WarmupSeconds    float64 `json:"warmupSeconds"`
 	// MeasuredSeconds is the window every figure covers.
 	MeasuredSeconds float64 `json:"measuredSeconds"`
-	// Utilisation is time-averaged in-flight over time-averaged slots.
+	// Utilisation is time-averaged in-flight over time-averaged slots
+	// (after a scale-down, busy slots above the new count are counted as
+	// slots until they free).
 	Utilisation float64 `json:"utilisation"`
 	// Policy is the pool-wide computation at the Load's initial replicas.
 	Policy PolicySummary `json:"policy"`
