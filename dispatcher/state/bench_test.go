@@ -97,3 +97,23 @@ func benchQueue(b *testing.B, mode string) *queue.Queue {
 	}
 	return q
 }
+
+// BenchmarkRedisRoundTrip is one bare PING through the Gate's client
+// settings: the floor under each of fleet mode's three round trips.
+func BenchmarkRedisRoundTrip(b *testing.B) {
+	s := redistest.Start(b, redistest.Options{})
+	cfg := Config{URL: s.URL(0), OpTimeout: 5 * time.Second}
+	cfg.defaults()
+	c, err := cfg.newClient(nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := c.Ping(ctx).Err(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
