@@ -149,7 +149,7 @@ func TestSimulateCommandText(t *testing.T) {
 		t.Errorf("first line (-want +got):\n%s", diff)
 	}
 	for _, s := range []string{"\n      TIER  OFFERED", "\nStated (per tier, pool-wide) next to observed:\n", "\nTenants:\n",
-		"\nWARNING: AgeingHorizonExceedsClientTimeout: the ageing horizon 2m0s"} {
+		"\nWARNING: AgeingHorizonExceedsClientTimeout: ageing horizon 2m0s (6s per point × 20 points) exceeds clientTimeout 30s"} {
 		if !strings.Contains(out, s) {
 			t.Errorf("output lacks %q:\n%s", s, out)
 		}

@@ -13,12 +13,14 @@ import (
 	"github.com/tiergate/tiergate/api/v1alpha1"
 )
 
-// HorizonWarning is the text simulate prints when the ModelPool would carry
-// the controller's AgeingHorizonExceedsClientTimeout condition.
-func HorizonWarning(horizon, rate, clientTimeout time.Duration, lowestTier string) string {
-	return fmt.Sprintf("%s: the ageing horizon %s (ageing rate %s × %d priority points) exceeds clientTimeout %s: "+
-		"under sustained load a queued %s request expires before ageing lifts it, so the starvation guarantee is void",
-		v1alpha1.ModelPoolAgeingHorizonExceedsClientTimeout, horizon, rate, int64(horizon/rate), clientTimeout, lowestTier)
+// HorizonWarning is what simulate prints when the ModelPool would carry the
+// controller's AgeingHorizonExceedsClientTimeout condition: the condition
+// type, then the controller's condition message (controllers/status.go
+// words it the same way; the controller does not export it).
+func HorizonWarning(horizon, rate, clientTimeout time.Duration) string {
+	return fmt.Sprintf("%s: ageing horizon %s (%s per point × %d points) exceeds clientTimeout %s: "+
+		"under sustained load of the top tier a request of the lowest tier expires before ageing lifts it, so the starvation guarantee is void",
+		v1alpha1.ModelPoolAgeingHorizonExceedsClientTimeout, horizon, rate, int64(horizon/rate), clientTimeout)
 }
 
 // warnings lists what the user should know about the configuration and the
@@ -28,7 +30,7 @@ func (e *engine) warnings() []string {
 	b := e.first
 	pool := b.Pool
 	if pool.HorizonExceedsClientTimeout {
-		out = append(out, HorizonWarning(pool.AgeingHorizon, pool.AgeingRate, pool.ClientTimeout, b.Tiers[len(b.Tiers)-1].Name))
+		out = append(out, HorizonWarning(pool.AgeingHorizon, pool.AgeingRate, pool.ClientTimeout))
 	}
 	for _, t := range b.Tiers {
 		if t.MaxWaitExceedsClientTimeout {

@@ -115,8 +115,9 @@ func TestSeedOverload(t *testing.T) {
 		if !res.Policy.HorizonExceedsClientTimeout {
 			t.Error("the controller's AgeingHorizonExceedsClientTimeout condition is not set")
 		}
-		want := "AgeingHorizonExceedsClientTimeout: the ageing horizon 2m0s (ageing rate 6s × 20 priority points) exceeds clientTimeout 30s: " +
-			"under sustained load a queued free request expires before ageing lifts it, so the starvation guarantee is void"
+		// The controller's condition message, prefixed with its type.
+		want := "AgeingHorizonExceedsClientTimeout: ageing horizon 2m0s (6s per point × 20 points) exceeds clientTimeout 30s: " +
+			"under sustained load of the top tier a request of the lowest tier expires before ageing lifts it, so the starvation guarantee is void"
 		if !slices.Contains(res.Warnings, want) {
 			t.Errorf("warnings %q\ndo not contain %q", res.Warnings, want)
 		}
