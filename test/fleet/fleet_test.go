@@ -191,8 +191,8 @@ func TestBoundsHoldAcrossDispatchers(t *testing.T) {
 
 // TestCrashedDispatcherCapacityReturnsWithinTTL kills -9 a dispatcher
 // that holds every slot of the pool. Its leases are never released; the
-// other dispatcher's queued request must run once they expire: no sooner
-// than the last renewal allows, no later than the TTL.
+// other dispatcher's queued request must run once they expire: not before
+// they can have expired, and within the TTL.
 func TestCrashedDispatcherCapacityReturnsWithinTTL(t *testing.T) {
 	const ttl, renew = 2 * time.Second, 500 * time.Millisecond
 	flags := []string{"--state-lease-ttl=" + ttl.String(), "--state-renew-interval=" + renew.String()}
@@ -223,8 +223,10 @@ func TestCrashedDispatcherCapacityReturnsWithinTTL(t *testing.T) {
 		t.Fatalf("d2's request: %d %v %s", r.status, r.err, r.body)
 	}
 	t.Logf("capacity back %s after kill -9 (lease TTL %s, renew every %s)", back.Round(time.Millisecond), ttl, renew)
-	if back < ttl-renew-200*time.Millisecond {
-		t.Errorf("served %s after the crash: sooner than the leases could expire (TTL %s - renew %s)", back, ttl, renew)
+	// Leases renewed every 500ms cannot all expire in under half the TTL:
+	// sooner would mean the crash gave the slots back some other way.
+	if back < ttl/2 {
+		t.Errorf("served %s after the crash: sooner than the leases could expire (TTL %s, renew %s)", back, ttl, renew)
 	}
 	if back > ttl+time.Second {
 		t.Errorf("served %s after the crash, want within the TTL %s (+1s for the processes)", back, ttl)
