@@ -1,0 +1,32 @@
+// Command demo is `make demo`: tiergate end to end on one machine, with
+// nothing but the binaries of this repository and bin/k8s.
+//
+// It builds `tiergate` and the simserver (a STAND-IN for vLLM) into a work
+// directory, starts a real etcd and kube-apiserver from bin/k8s (envtest),
+// installs the CRDs and applies config/samples (plus the demo's extra
+// tenants in hack/demo/manifests) with the real bin/k8s/kubectl, and plays
+// the kubelet: Pod objects whose status it sets (pod IPs on 127.0.K.x,
+// Ready) for six simserver replicas and two dispatchers that run as local
+// processes on those addresses. It then runs `tiergate controller` with a
+// kubeconfig and leader election, drives a mixed load (steady and noisy
+// premium tenants, standard tenants, an openai-go client that honours
+// Retry-After, a free-tier flood), shows a per-tier table every second,
+// scales the pool 6→3→6 by patching the Deployment status (and marking
+// model pods NotReady/Ready), and writes demo-report/: README.md,
+// summary.json and PNG charts rendered with gonum/plot.
+//
+// Every child runs in its own process group (and gets SIGKILL if the demo
+// dies, through PR_SET_PDEATHSIG); the demo stops them all on exit, on
+// SIGINT and on SIGTERM: the load first, then SIGTERM to each group, SIGKILL
+// after a timeout, then the control plane. A second signal kills everything
+// at once. --pid-file records every process the demo started, for tests.
+//
+// Concurrency model: the main goroutine runs the phases in order. During
+// the load phase, one goroutine per load stream issues requests (one
+// goroutine per request), one goroutine per openai-go worker, one observer
+// goroutine scrapes the dispatchers every second, one kubelet goroutine
+// probes pods and writes their Ready condition, and the main goroutine runs
+// the scale schedule and redraws the table. Shared state (the request
+// records, the observer's samples, the event log, the process list) is
+// guarded by one mutex per owner; nothing else is shared.
+package main
