@@ -179,6 +179,7 @@ type engine struct {
 	inflightArea float64
 	slotsArea    float64
 
+	admitted uint64 // successful Admits over the whole run
 	results  chan waitResult
 	got      []waitResult
 	guard    *time.Timer
@@ -217,8 +218,14 @@ func Run(in *Input, opts Options) (*Result, error) {
 	if err := e.setup(); err != nil {
 		return nil, err
 	}
+	log := opts.Log.WithValues("pool", e.res.Pool, "seed", e.seed)
+	log.V(1).Info("simulating", "duration", e.duration, "warmup", e.warmup, "tenants", len(e.tenants), "slots", e.slots)
 	e.loop()
+	if e.opts.checkInvariants && e.err == nil {
+		e.checkTotals()
+	}
 	e.cleanup()
+	log.V(1).Info("simulated", "events", e.seq, "requests", e.nextID, "policyChanges", len(e.res.PolicyChanges))
 	if e.err != nil {
 		return nil, e.err
 	}
@@ -581,6 +588,7 @@ func (e *engine) attempt(r *request) {
 		ts.res.Admitted++
 		tier.res.Admitted++
 	}
+	e.admitted++
 	r.state, r.h, r.admitAt = stQueued, h, e.now
 	r.underLimits, r.capMark = ts.inflight < ts.limit, ts.capHits
 	tier.queued++
@@ -817,6 +825,26 @@ func (e *engine) check() {
 		if got := st.TenantInFlight[ts.name]; got != ts.inflight {
 			e.fail(fmt.Errorf("%w: at %s tenant %s: the queue has %d in flight, the simulation %d", ErrInternal, e.now, ts.name, got, ts.inflight))
 		}
+	}
+}
+
+// checkTotals checks, at the end of the run, that every job the queue
+// admitted ended exactly once or is still queued or in flight, and that no
+// slot was released twice.
+func (e *engine) checkTotals() {
+	st := e.q.Stats()
+	t := st.Totals
+	if ended := t.Dispatched + t.Abandoned + t.Expired + t.Drained + uint64(st.Queued); t.Admitted != ended {
+		e.fail(fmt.Errorf("%w: the queue admitted %d jobs but %d ended or are queued", ErrInternal, t.Admitted, ended))
+	}
+	if st.Completed+uint64(st.InFlight) != t.Dispatched {
+		e.fail(fmt.Errorf("%w: %d dispatched, %d completed, %d in flight", ErrInternal, t.Dispatched, st.Completed, st.InFlight))
+	}
+	if st.DoubleReleases != 0 {
+		e.fail(fmt.Errorf("%w: %d double releases", ErrInternal, st.DoubleReleases))
+	}
+	if t.Admitted != e.admitted {
+		e.fail(fmt.Errorf("%w: the queue admitted %d jobs, the simulation %d", ErrInternal, t.Admitted, e.admitted))
 	}
 }
 

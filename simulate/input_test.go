@@ -2,6 +2,7 @@ package simulate
 
 import (
 	"errors"
+	"io"
 	"os"
 	"strings"
 	"testing"
@@ -325,5 +326,24 @@ func TestLoadDefaults(t *testing.T) {
 	tl.MaxRetries = &n
 	if got := tl.maxRetries(); got != 5 {
 		t.Errorf("maxRetries = %d, want 5", got)
+	}
+}
+
+func TestOptionsAndPlotErrors(t *testing.T) {
+	in, err := Read(src("x.yaml", poolDoc+"---\n"+tierDoc+"---\n"+loadDoc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = Run(in, Options{PlotBuckets: -1})
+	if !errors.Is(err, ErrInvalid) || err.Error() != "invalid: PlotBuckets must be at least 1, got -1" {
+		t.Errorf("Run(PlotBuckets -1) error = %v", err)
+	}
+	_, err = Run(&Input{}, Options{})
+	if !errors.Is(err, ErrInvalid) || err.Error() != "invalid: input needs a ModelPool and a Load" {
+		t.Errorf("Run(empty input) error = %v", err)
+	}
+	err = WritePlot(io.Discard, &Result{})
+	if !errors.Is(err, ErrInvalid) || err.Error() != "invalid: the result has no time series (was it decoded from JSON?)" {
+		t.Errorf("WritePlot(decoded result) error = %v", err)
 	}
 }
