@@ -779,3 +779,37 @@ func TestGateOnThreeNodeCluster(t *testing.T) {
 		})
 	}
 }
+
+// TestRenewalFollowsTheClock drives the renewal loop with a fake clock: one
+// batch per renew interval, none in between, and a lease Redis lost is
+// written back by the next one.
+func TestRenewalFollowsTheClock(t *testing.T) {
+	s := redistest.Start(t, redistest.Options{})
+	c := rawClient(t, s)
+	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+	g := newGate(t, s, "a", Config{LeaseTTL: 30 * time.Second, RenewInterval: 10 * time.Second}, WithClock(clk))
+	g.ObservePolicy(fleetPolicy("ns/llm", 2)) // asks for a first renewal at once
+	g.Start(func() {})
+	waitFor(t, 5*time.Second, "the first renewal", func() bool { return histCount(t, g, opRenew) == 1 })
+	if _, err := g.Enqueue("a", "standard", 8, 4); err != nil {
+		t.Fatal(err)
+	}
+	ks := keysFor("ns/llm")
+	c.Del(context.Background(), ks.tierQueued("standard")) // Redis loses a lease
+
+	clk.Step(9 * time.Second)
+	time.Sleep(50 * time.Millisecond)
+	if n := histCount(t, g, opRenew); n != 1 {
+		t.Fatalf("%d renewals before the interval passed", n)
+	}
+	clk.Step(time.Second)
+	// The tick renews (1 round trip) and writes the lost lease back (1 more).
+	waitFor(t, 5*time.Second, "the tick's renewal", func() bool { return histCount(t, g, opRenew) == 3 })
+	if n := live(t, c, ks.tierQueued("standard")); n != 1 {
+		t.Errorf("queued leases after the renewal: %d, want 1", n)
+	}
+	if n := testutil.ToFloat64(g.m.restored); n != 1 {
+		t.Errorf("restored %v, want 1", n)
+	}
+	g.Dequeue("a", "standard")
+}
