@@ -85,7 +85,7 @@ func Read(srcs ...Source) (*Input, error) {
 		r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(src.Data)))
 		for n := 1; ; n++ {
 			doc, err := r.Read()
-			if err == io.EOF {
+			if errors.Is(err, io.EOF) {
 				break
 			}
 			if err != nil {

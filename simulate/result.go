@@ -133,7 +133,8 @@ type UnderLimits struct {
 	WithinMaxWait bool `json:"withinMaxWait"`
 }
 
-// QueueFigures: MeanLength should equal AdmissionRate × MeanTimeInQueue.
+// QueueFigures are the Little's-law figures of one tier: MeanLength should
+// equal AdmissionRate × MeanTimeInQueue.
 type QueueFigures struct {
 	// MeanLength is the time-weighted mean number of queued requests.
 	MeanLength float64 `json:"meanLength"`
