@@ -165,7 +165,7 @@ func untar(t *testing.T, archive, dir string) {
 	tr := tar.NewReader(f)
 	for {
 		hdr, err := tr.Next()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			return
 		}
 		if err != nil {
@@ -334,7 +334,7 @@ func TestLayerContents(t *testing.T) {
 	tr := tar.NewReader(rc)
 	for {
 		hdr, err := tr.Next()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {
@@ -386,7 +386,7 @@ func extractBinary(t *testing.T, img v1.Image) string {
 	tr := tar.NewReader(rc)
 	for {
 		hdr, err := tr.Next()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			t.Fatal("the image has no /tiergate")
 		}
 		if err != nil {
