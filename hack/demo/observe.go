@@ -62,13 +62,21 @@ type histogram struct {
 }
 
 func (h *histogram) add(o *dto.Histogram) {
+	// The +Inf bucket is Count; quantile falls back to the last finite
+	// bound above it, as histogram_quantile does.
+	var finite []*dto.Bucket
+	for _, b := range o.GetBucket() {
+		if !math.IsInf(b.GetUpperBound(), 1) {
+			finite = append(finite, b)
+		}
+	}
 	if len(h.Upper) == 0 {
-		for _, b := range o.GetBucket() {
+		for _, b := range finite {
 			h.Upper = append(h.Upper, b.GetUpperBound())
 			h.Cum = append(h.Cum, 0)
 		}
 	}
-	for i, b := range o.GetBucket() {
+	for i, b := range finite {
 		if i < len(h.Cum) && h.Upper[i] == b.GetUpperBound() {
 			h.Cum[i] += float64(b.GetCumulativeCount())
 		}

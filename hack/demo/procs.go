@@ -184,10 +184,17 @@ func (s *supervisor) sweep(marker string) []string {
 			_ = syscall.Kill(p.PID, syscall.SIGKILL)
 			killed = append(killed, fmt.Sprintf("%s (pid %d)", p.Name, p.PID))
 		}
+		if p.PGID > 1 && p.PGID != syscall.Getpgrp() {
+			for _, pid := range groupMembers(p.PGID) {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+				killed = append(killed, fmt.Sprintf("pid %d of %s's process group", pid, p.Name))
+			}
+		}
 	}
 	for _, pid := range pidsMentioning(marker) {
+		cmdline := readCmdline(pid)
 		_ = syscall.Kill(pid, syscall.SIGKILL)
-		killed = append(killed, fmt.Sprintf("pid %d (%s)", pid, readCmdline(pid)))
+		killed = append(killed, fmt.Sprintf("pid %d (%s)", pid, cmdline))
 	}
 	return killed
 }

@@ -49,12 +49,47 @@ func pidsMentioning(marker string) []int {
 
 // zombie says whether pid has exited and only waits to be reaped.
 func zombie(pid int) bool {
+	state, _, ok := procStat(pid)
+	return !ok || state == 'Z' || state == 'X'
+}
+
+// procStat reads a process's state and process group from /proc.
+func procStat(pid int) (state byte, pgrp int, ok bool) {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
-		return true
+		return 0, 0, false
 	}
-	// The state follows the parenthesised command name.
+	// "pid (comm) state ppid pgrp ...": the fields after the command name,
+	// which may itself hold spaces and parentheses.
 	s := string(b)
 	i := strings.LastIndexByte(s, ')')
-	return i < 0 || i+2 >= len(s) || s[i+2] == 'Z' || s[i+2] == 'X'
+	if i < 0 || i+2 >= len(s) {
+		return 0, 0, false
+	}
+	f := strings.Fields(s[i+2:])
+	if len(f) < 3 {
+		return 0, 0, false
+	}
+	pgrp, err = strconv.Atoi(f[2])
+	return f[0][0], pgrp, err == nil
+}
+
+// groupMembers lists the live (not zombie) processes of process group
+// pgid.
+func groupMembers(pgid int) []int {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	var out []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if state, pg, ok := procStat(pid); ok && pg == pgid && state != 'Z' && state != 'X' {
+			out = append(out, pid)
+		}
+	}
+	return out
 }

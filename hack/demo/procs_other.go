@@ -13,3 +13,6 @@ func readCmdline(int) string { return "" }
 
 // pidsMentioning needs /proc; elsewhere the demo relies on process groups.
 func pidsMentioning(string) []int { return nil }
+
+// groupMembers needs /proc.
+func groupMembers(int) []int { return nil }
