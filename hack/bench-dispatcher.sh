@@ -121,22 +121,44 @@ cat >"$tmp/queue.json" <<JSON
  "tenants":[{"id":"bench","tier":"premium"},{"id":"holder","tier":"premium"}],
  "backends":[{"address":"$SIM2","scheme":"http"}]}
 JSON
-"$tmp/tiergate" dispatcher --listen "$QU" --admin-listen "$QUA" --admin-token-file "$tmp/token" --policy-file "$tmp/queue.json" 2>"$tmp/qu.log" & qpid=$!; pids+=($qpid)
+# start_queue (re)starts that dispatcher, so each round measures a fresh
+# process's growth, and holds its slot with a request of one hour.
+start_queue() {
+	if [[ -n ${qpid:-} ]]; then
+		kill "$qpid" "$hpid" 2>/dev/null || true
+		wait "$qpid" "$hpid" 2>/dev/null || true
+	fi
+	"$tmp/tiergate" dispatcher --listen "$QU" --admin-listen "$QUA" --admin-token-file "$tmp/token" \
+		--policy-file "$tmp/queue.json" 2>>"$tmp/qu.log" &
+	qpid=$!
+	pids+=($qpid)
+	wait_up "http://$QUA/readyz"
+	curl -sS -o /dev/null -X POST "http://$QU/v1/completions" -H 'X-Tenant-ID: holder' \
+		-H 'X-Sim-Service-Time: 1h' -d '{"prompt":"hold"}' --max-time 3600 &
+	hpid=$!
+	pids+=($hpid)
+	export BENCH_QUEUE_PID=$qpid
+}
 
 wait_up "http://$SIM/health"; wait_up "http://$RP/health"; wait_up "http://$NG/health"
-wait_up "http://$TGA/readyz"; wait_up "http://$OVA/readyz"; wait_up "http://$QUA/readyz"
-curl -sS -o /dev/null -X POST "http://$QU/v1/completions" -H 'X-Tenant-ID: holder' \
-	-H 'X-Sim-Service-Time: 1h' -d '{"prompt":"hold"}' --max-time 3600 & pids+=($!)
+wait_up "http://$TGA/readyz"; wait_up "http://$OVA/readyz"
 
 export BENCH_DIRECT=$SIM BENCH_REVERSEPROXY=$RP BENCH_NGINX=$NG BENCH_TIERGATE=$TG
 export BENCH_OVERLOAD=$OV BENCH_OVERLOAD_RATE=80
-export BENCH_QUEUE=$QU BENCH_QUEUE_ADMIN=$QUA BENCH_QUEUE_PID=$qpid BENCH_QUEUE_TOKEN=$token
+export BENCH_QUEUE=$QU BENCH_QUEUE_ADMIN=$QUA BENCH_QUEUE_TOKEN=$token
 
-run() { go test ./hack/bench -run '^$' -count "$count" "$@" | tee -a "$out"; }
+# Rounds interleave the targets, so a change in the machine's load during
+# the run hits every target alike; medians are taken over the rounds.
+go test -c -o "$tmp/bench.test" ./hack/bench
+run() { "$tmp/bench.test" -test.run '^$' "$@" | grep '^Benchmark' | tee -a "$out"; }
 : >"$out"
-run -bench '^BenchmarkThroughput$' -benchtime 20000x
-run -bench '^BenchmarkLatency1000$' -benchtime 3000x
-run -bench '^BenchmarkRefusal429$' -benchtime 4000x
-run -bench '^BenchmarkQueuedMemory$' -benchtime 1x
+for round in $(seq "$count"); do
+	echo "round $round/$count (load average: $(cut -d' ' -f1-3 /proc/loadavg))" >&2
+	start_queue
+	run -test.bench '^BenchmarkThroughput$' -test.benchtime 20000x
+	run -test.bench '^BenchmarkLatency1000$' -test.benchtime 3000x
+	run -test.bench '^BenchmarkRefusal429$' -test.benchtime 4000x
+	run -test.bench '^BenchmarkQueuedMemory$' -test.benchtime 1x
+done
 echo
 go run ./hack/bench/summarize <"$out"

@@ -103,6 +103,7 @@ func BenchmarkQueuedMemory(b *testing.B) {
 	pid := target(b, "BENCH_QUEUE_PID")
 	const clients = 10000
 	rss0 := rss(b, pid)
+	live0 := goMemory(b, admin)
 	conns := make([]net.Conn, 0, clients)
 	defer func() {
 		for _, c := range conns {
@@ -146,7 +147,9 @@ func BenchmarkQueuedMemory(b *testing.B) {
 	}
 	time.Sleep(500 * time.Millisecond) // let RSS settle
 	rss1 := rss(b, pid)
+	live1 := goMemory(b, admin)
 	b.ReportMetric(float64(rss1-rss0)/clients/1024, "KiB/queued")
+	b.ReportMetric(float64(live1-live0)/clients/1024, "heap+stack-KiB/queued")
 	b.ReportMetric(float64(queued), "queued")
 }
 
@@ -186,4 +189,27 @@ func queuedCount(b *testing.B, admin string) int {
 		b.Fatal(err)
 	}
 	return s.Queue.Queued
+}
+
+// goMemory is the dispatcher's Go heap in use plus goroutine stacks, from
+// its /metrics (unreclaimed garbage included, so an upper bound on live).
+func goMemory(b *testing.B, admin string) int64 {
+	resp, err := http.Get("http://" + admin + "/metrics")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var total float64
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) == 2 && (f[0] == "go_memstats_heap_inuse_bytes" || f[0] == "go_memstats_stack_inuse_bytes") {
+			v, err := strconv.ParseFloat(f[1], 64)
+			if err != nil {
+				b.Fatal(err)
+			}
+			total += v
+		}
+	}
+	return int64(total)
 }

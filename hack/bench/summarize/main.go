@@ -115,7 +115,8 @@ func main() {
 	}
 	if kib, ok := s.median("QueuedMemory", "KiB/queued"); ok {
 		q, _ := s.median("QueuedMemory", "queued")
-		fmt.Printf("**Memory per queued request** at %.0f queued clients: %.1f KiB (resident set growth ÷ queued).\n", q, kib)
+		live, _ := s.median("QueuedMemory", "heap+stack-KiB/queued")
+		fmt.Printf("**Memory per queued request** at %.0f queued clients: %.1f KiB of resident set growth ÷ queued (%.1f KiB of Go heap in use + goroutine stacks).\n", q, kib, live)
 	}
 }
 
