@@ -24,7 +24,7 @@ DEEPCOPY_DIR  ?=
 # all about concurrency; the timeout is per test binary.
 GO_TEST_FLAGS ?= -race -count=1 -timeout=30m
 # Debian packages the suites need (redis-server for fleet-mode tests).
-TEST_DEB_PACKAGES := redis-server
+TEST_DEB_PACKAGES := redis-server prometheus
 
 ##@ General
 

@@ -114,11 +114,11 @@ build_control_plane() {
 	echo "$key" >"$stamp"
 }
 
-# install_tool NAME PACKAGE VERSION
+# install_tool NAME PACKAGE VERSION [LDFLAGS]
 install_tool() {
-	local name=$1 pkg=$2 version=$3
+	local name=$1 pkg=$2 version=$3 ldflags=${4:-}
 	local key stamp=$bin/.$name.stamp
-	key=$(stamp_key "$pkg@$version")
+	key=$(stamp_key "$pkg@$version" "$ldflags")
 	if current "$stamp" "$key" "$bin/$name"; then
 		echo "tools: bin/$name is current ($version)"
 		return
@@ -126,11 +126,17 @@ install_tool() {
 	echo "tools: installing bin/$name $version"
 	mkdir -p "$bin"
 	rm -f "$stamp"
-	GOBIN=$bin go install "$pkg@$version"
+	GOBIN=$bin go install -ldflags "$ldflags" "$pkg@$version"
 	echo "$key" >"$stamp"
 }
 
 if wanted k8s; then build_control_plane; fi
-if wanted helm; then install_tool helm helm.sh/helm/v3/cmd/helm "$HELM_VERSION"; fi
+# Helm's release builds stamp the Kubernetes version it assumes offline
+# (helm template, helm lint); a plain go install leaves v1.20, which this
+# chart's kubeVersion refuses.
+helm_k8s_minor=${K8S_VERSION#v1.}
+helm_k8s_minor=${helm_k8s_minor%%.*}
+helm_ldflags="-X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=${helm_k8s_minor} -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=${helm_k8s_minor} -X helm.sh/helm/v3/internal/version.version=${HELM_VERSION}"
+if wanted helm; then install_tool helm helm.sh/helm/v3/cmd/helm "$HELM_VERSION" "$helm_ldflags"; fi
 if wanted controller-gen; then install_tool controller-gen sigs.k8s.io/controller-tools/cmd/controller-gen "$CONTROLLER_TOOLS_VERSION"; fi
 if wanted golangci-lint; then install_tool golangci-lint github.com/golangci/golangci-lint/v2/cmd/golangci-lint "$GOLANGCI_LINT_VERSION"; fi
