@@ -19,9 +19,13 @@ import (
 	"github.com/tiergate/tiergate/dispatcher"
 	"github.com/tiergate/tiergate/dispatcher/queue"
 	"github.com/tiergate/tiergate/dispatcher/server"
+	fleetstate "github.com/tiergate/tiergate/dispatcher/state"
 )
 
 func init() {
+	// Fleet mode: --state=redis://… or rediss://… (dispatcher/state).
+	dispatcher.RegisterState("redis", fleetstate.Open)
+	dispatcher.RegisterState("rediss", fleetstate.Open)
 	register("dispatcher", "serve the tiered queue in front of a model pool (data and admin ports)", runDispatcher)
 }
 
@@ -33,6 +37,7 @@ func runDispatcher(args []string, stdout, stderr io.Writer) int {
 	tokenFile := fs.String("admin-token-file", "", "file holding the admin API's bearer token; without it PUT/GET /v1/* answer 401")
 	policyFile := fs.String("policy-file", "", "policy document (JSON or YAML) for standalone use; re-read when it changes")
 	state := fs.String("state", "local", `shared state: "local", or a URL such as redis://host:6379 (fleet mode)`)
+	fleetFlags := fleetstate.AddFlags(fs) // --redis-password-file, --state-lease-ttl, --state-renew-interval
 	drainTimeout := fs.Duration("drain-timeout", dispatcher.DefaultDrainTimeout, "on SIGTERM, how long queued requests may still be dispatched before they get 503")
 	maxBody := fs.Int64("max-body-bytes", server.DefaultMaxBodyBytes, "largest request body; larger gets 413")
 	bodyTimeout := fs.Duration("body-timeout", server.DefaultBodyTimeout, "longest time to receive a request body; slower gets 408")
@@ -84,7 +89,7 @@ func runDispatcher(args []string, stdout, stderr io.Writer) int {
 			qq.Kick()
 		}
 	}
-	gate, closer, err := dispatcher.OpenState(ctx, *state, kick, log.WithName("state"))
+	gate, closer, err := dispatcher.OpenState(fleetstate.WithFlags(ctx, fleetFlags), *state, kick, log.WithName("state"))
 	if err != nil {
 		log.Error(err, "opening --state")
 		return 2

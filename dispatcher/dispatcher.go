@@ -146,6 +146,12 @@ func New(cfg Config) (*Dispatcher, error) {
 		return nil, err
 	}
 	d.m = m
+	// A fleet-mode Gate exports its own metrics (tiergate_state_*).
+	if c, ok := cfg.Gate.(prometheus.Collector); ok {
+		if err := cfg.Registry.Register(c); err != nil {
+			return nil, err
+		}
+	}
 	d.srv, err = server.New(server.Config{
 		MaxBodyBytes: cfg.MaxBodyBytes, BodyTimeout: cfg.BodyTimeout, Transport: cfg.Transport, Log: cfg.Log.WithName("data"),
 	}, d.q, d.bal, d.m)
