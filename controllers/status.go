@@ -125,7 +125,7 @@ func desiredPoolStatus(cur v1alpha1.ModelPoolStatus, v poolView, now metav1.Time
 
 	// The ageing horizon against the client timeout (DESIGN.md section 4).
 	setCondition(&st.Conditions, now, v.Generation, v1alpha1.ModelPoolAgeingHorizonExceedsClientTimeout,
-		b.HorizonExceedsClientTimeout, horizonReason(b), horizonMessage(b))
+		b.HorizonExceedsClientTimeout, horizonReason(b), HorizonMessage(b))
 	return st
 }
 
@@ -136,7 +136,9 @@ func horizonReason(b PoolBounds) string {
 	return string(v1alpha1.ReasonHorizonWithinTimeout)
 }
 
-func horizonMessage(b PoolBounds) string {
+// HorizonMessage words the AgeingHorizonExceedsClientTimeout condition;
+// tiergate simulate prints the same text, so the two cannot drift.
+func HorizonMessage(b PoolBounds) string {
 	points := int64(0)
 	if b.AgeingRate > 0 {
 		points = int64(b.AgeingHorizon / b.AgeingRate)

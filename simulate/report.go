@@ -11,16 +11,14 @@ import (
 	"time"
 
 	"github.com/tiergate/tiergate/api/v1alpha1"
+	"github.com/tiergate/tiergate/controllers"
 )
 
 // HorizonWarning is what simulate prints when the ModelPool would carry the
 // controller's AgeingHorizonExceedsClientTimeout condition: the condition
-// type, then the controller's condition message (controllers/status.go
-// words it the same way; the controller does not export it).
-func HorizonWarning(horizon, rate, clientTimeout time.Duration) string {
-	return fmt.Sprintf("%s: ageing horizon %s (%s per point × %d points) exceeds clientTimeout %s: "+
-		"under sustained load of the top tier a request of the lowest tier expires before ageing lifts it, so the starvation guarantee is void",
-		v1alpha1.ModelPoolAgeingHorizonExceedsClientTimeout, horizon, rate, int64(horizon/rate), clientTimeout)
+// type, then the controller's own condition message.
+func HorizonWarning(pool controllers.PoolBounds) string {
+	return v1alpha1.ModelPoolAgeingHorizonExceedsClientTimeout + ": " + controllers.HorizonMessage(pool)
 }
 
 // warnings lists what the user should know about the configuration and the
@@ -30,7 +28,7 @@ func (e *engine) warnings() []string {
 	b := e.first
 	pool := b.Pool
 	if pool.HorizonExceedsClientTimeout {
-		out = append(out, HorizonWarning(pool.AgeingHorizon, pool.AgeingRate, pool.ClientTimeout))
+		out = append(out, HorizonWarning(pool))
 	}
 	for _, t := range b.Tiers {
 		if t.MaxWaitExceedsClientTimeout {
