@@ -92,6 +92,11 @@ integration: tools ## Run only the integration suites under test/
 bench: ## Run the Go benchmarks
 	go test -run '^$$' -bench . -benchmem ./...
 
-# --- Demo and image ----------------------------------------------------------
-# `make demo` (the first command of the README once it exists) and
-# `make image` are added here by the issues that build them.
+##@ Demo and image
+
+IMAGE_TAR ?= dist/tiergate-image.tar
+VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+
+.PHONY: image
+image: ## Write an OCI image tarball of the static binary to $(IMAGE_TAR), without a container daemon
+	go run ./hack/image --output $(IMAGE_TAR) --version $(VERSION)
