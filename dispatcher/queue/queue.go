@@ -430,13 +430,17 @@ func (q *Queue) runnable(ts *tenant) bool {
 // fixTenant puts ts into, moves it within or takes it out of the runnable
 // heap after any change to its head, counts or limit. O(log T).
 func (q *Queue) fixTenant(ts *tenant) {
+	run := q.runnable(ts)
+	if run && ts.idx >= 0 && ts.head.key == ts.hkey && ts.head.seq == ts.hseq {
+		return // same head, still runnable: already in place
+	}
 	if ts.head != nil {
 		ts.hkey, ts.hseq = ts.head.key, ts.head.seq
 	}
 	switch {
-	case q.runnable(ts) && ts.idx < 0:
+	case run && ts.idx < 0:
 		q.heapPush(ts)
-	case q.runnable(ts):
+	case run:
 		q.heapFix(ts.idx)
 	case ts.idx >= 0:
 		q.heapRemove(ts.idx)
