@@ -1,0 +1,292 @@
+package demo
+
+import (
+	"encoding/json"
+	"fmt"
+	"image"
+	"image/png"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// summary is the part of hack/demo's summary.json the tests check.
+type summary struct {
+	Interrupted bool    `json:"interrupted"`
+	Error       string  `json:"error"`
+	LoadSeconds float64 `json:"loadSeconds"`
+	Replicas    int32   `json:"replicas"`
+	Processes   int     `json:"processes"`
+	Charts      []string
+	Tiers       []struct {
+		Tier                 string             `json:"tier"`
+		Requests             int                `json:"requests"`
+		Served               int                `json:"served"`
+		Refused              int                `json:"refused"`
+		RefusedByCause       map[string]int     `json:"refusedByCause"`
+		Cut                  int                `json:"cut"`
+		Dispatched           int                `json:"dispatched"`
+		WaitP50              float64            `json:"waitP50Seconds"`
+		WaitP95              float64            `json:"waitP95Seconds"`
+		ServerOK             float64            `json:"serverOK"`
+		ServerRefusedByCause map[string]float64 `json:"serverRefusedByCause"`
+		ServerWaitCount      float64            `json:"serverWaitCount"`
+	} `json:"tiers"`
+	Streams []struct {
+		Name           string         `json:"name"`
+		Requests       int            `json:"requests"`
+		Served         int            `json:"served"`
+		RefusedByCause map[string]int `json:"refusedByCause"`
+	} `json:"streams"`
+	ScaleEvents []struct {
+		AtSeconds      float64        `json:"atSeconds"`
+		From           int32          `json:"from"`
+		To             int32          `json:"to"`
+		SlotsBefore    int            `json:"slotsBefore"`
+		SlotsAfter     int            `json:"slotsAfter"`
+		BoundsBefore   map[string]int `json:"boundsBefore"`
+		BoundsAfter    map[string]int `json:"boundsAfter"`
+		Followed       bool           `json:"followed"`
+		FollowedAfter  float64        `json:"followedAfterSeconds"`
+		StatusFollowed bool           `json:"statusFollowed"`
+		ServiceTiers   string         `json:"serviceTiers"`
+	} `json:"scaleEvents"`
+	OpenAI struct {
+		Calls              int `json:"calls"`
+		Attempts           int `json:"attempts"`
+		Succeeded          int `json:"succeeded"`
+		RetriesAfterHeader int `json:"retriesAfterRetryAfter"`
+		Honoured           int `json:"honoured"`
+	} `json:"openai"`
+}
+
+func readSummary(t *testing.T, dir string) summary {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, "summary.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s summary
+	if err := json.Unmarshal(b, &s); err != nil {
+		t.Fatalf("summary.json: %v", err)
+	}
+	return s
+}
+
+// The seed's worked example (config/samples): pool-wide queue bounds at 6
+// and at 3 ready replicas, summed over the two dispatchers' equal shares.
+var (
+	fullBounds = map[string]int{"premium": 20, "standard": 80, "free": 120}
+	halfBounds = map[string]int{"premium": 10, "standard": 40, "free": 60}
+)
+
+// processesStarted: etcd, kube-apiserver, the controller, 2 dispatchers
+// and 6 simservers.
+const processesStarted = 11
+
+func TestShortDemo(t *testing.T) {
+	start := time.Now()
+	r := startDemo(t, "30s")
+	if code := r.wait(t, 4*time.Minute); code != 0 {
+		t.Fatalf("the demo exited with %d, want 0", code)
+	}
+	t.Logf("the short demo took %s", time.Since(start).Round(time.Second))
+	waitNoSurvivors(t, r, processesStarted)
+	out := r.out.String()
+
+	// The live table, refreshed every second through the load and grace.
+	if n := strings.Count(out, "tiergate demo  "); n < 35 {
+		t.Errorf("the table was shown %d times, want at least 35 (every second of 30s load + 10s grace)", n)
+	}
+	for _, want := range []string{
+		"kubectl apply -n default -f config/samples",
+		"TIER  QUEUED  BOUND  TENANT CAP  IN FLIGHT  SLOT SHARE  WAIT p50  WAIT p95  SERVED  OPEN  429 capacity  429 tenant_limit  504 queue_timeout  other",
+		"scale 6→3: pods llm-3, llm-4, llm-5 NotReady",
+		"queue bounds premium 20→10, standard 80→40, free 120→60",
+		"scale 3→6: pods llm-3, llm-4, llm-5 Ready",
+		"queue bounds premium 10→20, standard 40→80, free 60→120",
+		fmt.Sprintf("all %d processes stopped; none left", processesStarted),
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the output lacks %q", want)
+		}
+	}
+
+	s := readSummary(t, r.report)
+	if s.Interrupted || s.Error != "" || s.LoadSeconds != 30 || s.Processes != processesStarted {
+		t.Errorf("summary: interrupted %v, error %q, load %vs, processes %d", s.Interrupted, s.Error, s.LoadSeconds, s.Processes)
+	}
+	var tiers []string
+	totalRefused := 0
+	for _, tier := range s.Tiers {
+		tiers = append(tiers, tier.Tier)
+		totalRefused += tier.Refused
+		if tier.Served == 0 || tier.Dispatched == 0 {
+			t.Errorf("tier %s: served %d, dispatched %d; want both > 0", tier.Tier, tier.Served, tier.Dispatched)
+		}
+		// The client and the dispatchers count 429s alike, cause by cause.
+		for _, cause := range []string{"capacity", "tenant_limit"} {
+			if c, sv := tier.RefusedByCause[cause], tier.ServerRefusedByCause[cause]; float64(c) != sv {
+				t.Errorf("tier %s: %s refusals: client %d, dispatchers' metrics %v", tier.Tier, cause, c, sv)
+			}
+		}
+		// Requests cut at the end may be counted by either side.
+		if d := math.Abs(tier.ServerOK - float64(tier.Served)); d > float64(tier.Cut) {
+			t.Errorf("tier %s: served %d client-side, %v 200s server-side, only %d cut", tier.Tier, tier.Served, tier.ServerOK, tier.Cut)
+		}
+		if tier.WaitP50 > tier.WaitP95 || tier.WaitP95 > 30 {
+			t.Errorf("tier %s: wait p50 %vs, p95 %vs", tier.Tier, tier.WaitP50, tier.WaitP95)
+		}
+	}
+	if diff := cmp.Diff([]string{"premium", "standard", "free"}, tiers); diff != "" {
+		t.Errorf("tiers (-want +got):\n%s", diff)
+	}
+	if totalRefused == 0 {
+		t.Error("no refusal recorded")
+	}
+	for _, st := range s.Streams {
+		if st.Name == "umbrella" && st.RefusedByCause["tenant_limit"] == 0 {
+			t.Errorf("the noisy tenant got no tenant_limit refusal: %+v", st)
+		}
+	}
+	if s.OpenAI.Calls == 0 || s.OpenAI.Succeeded == 0 || s.OpenAI.Attempts < s.OpenAI.Calls || s.OpenAI.Honoured != s.OpenAI.RetriesAfterHeader {
+		t.Errorf("openai-go client: %+v", s.OpenAI)
+	}
+
+	// The bounds followed both scale events, to the worked example's
+	// numbers, and the controller's status agreed.
+	if len(s.ScaleEvents) != 2 {
+		t.Fatalf("%d scale events, want 2", len(s.ScaleEvents))
+	}
+	type step struct {
+		From, To                int32
+		SlotsBefore, SlotsAfter int
+		Before, After           map[string]int
+	}
+	var got []step
+	for _, e := range s.ScaleEvents {
+		got = append(got, step{e.From, e.To, e.SlotsBefore, e.SlotsAfter, e.BoundsBefore, e.BoundsAfter})
+		if !e.Followed || !e.StatusFollowed || e.FollowedAfter <= 0 || e.FollowedAfter > 10 {
+			t.Errorf("scale %d→%d: followed %v after %.2fs, status followed %v", e.From, e.To, e.Followed, e.FollowedAfter, e.StatusFollowed)
+		}
+		if !strings.Contains(e.ServiceTiers, "BOUND") {
+			t.Errorf("scale %d→%d: no kubectl get servicetiers output: %q", e.From, e.To, e.ServiceTiers)
+		}
+	}
+	want := []step{{6, 3, 24, 12, fullBounds, halfBounds}, {3, 6, 12, 24, halfBounds, fullBounds}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("scale events (-want +got):\n%s", diff)
+	}
+	if e := s.ScaleEvents; math.Abs(e[0].AtSeconds-10) > 1.5 || math.Abs(e[1].AtSeconds-20) > 1.5 {
+		t.Errorf("scale events at %.1fs and %.1fs, want about 10s and 20s", e[0].AtSeconds, e[1].AtSeconds)
+	}
+
+	checkMarkdown(t, r.report, s)
+	checkCharts(t, r.report, s.Charts)
+}
+
+func checkMarkdown(t *testing.T, dir string, s summary) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	md := string(b)
+	wants := []string{"# tiergate demo report", "## What the numbers show", "## Scale events", "## The openai-go client",
+		"### 00:10", "### 00:20", "AgeingHorizonExceedsClientTimeout"}
+	for _, tier := range s.Tiers {
+		// The per-tier row carries the summary's numbers.
+		wants = append(wants, fmt.Sprintf("| %s | %d | %d | %d |", tier.Tier, tier.Requests, tier.Served, tier.Refused))
+	}
+	for _, c := range s.Charts {
+		wants = append(wants, "]("+c+")")
+	}
+	for _, w := range wants {
+		if !strings.Contains(md, w) {
+			t.Errorf("README.md lacks %q", w)
+		}
+	}
+}
+
+func checkCharts(t *testing.T, dir string, charts []string) {
+	t.Helper()
+	if diff := cmp.Diff([]string{"queue-wait.png", "refusals.png", "queue-and-bounds.png"}, charts); diff != "" {
+		t.Errorf("charts (-want +got):\n%s", diff)
+	}
+	for _, c := range charts {
+		f, err := os.Open(filepath.Join(dir, c))
+		if err != nil {
+			t.Error(err)
+			continue
+		}
+		fi, _ := f.Stat()
+		img, err := png.Decode(f)
+		f.Close()
+		if err != nil {
+			t.Errorf("%s: %v", c, err)
+			continue
+		}
+		b := img.Bounds()
+		if b.Dx() < 800 || b.Dy() < 400 || fi.Size() < 20<<10 {
+			t.Errorf("%s: %dx%d, %d bytes; want at least 800x400 and 20 KiB", c, b.Dx(), b.Dy(), fi.Size())
+		}
+		if n := colours(img, 64); n < 5 {
+			t.Errorf("%s: only %d distinct colours: an empty chart", c, n)
+		}
+	}
+}
+
+// colours counts distinct colours, up to limit.
+func colours(img image.Image, limit int) int {
+	seen := map[[4]uint32]bool{}
+	b := img.Bounds()
+	for y := b.Min.Y; y < b.Max.Y; y += 2 {
+		for x := b.Min.X; x < b.Max.X; x += 2 {
+			r, g, bl, a := img.At(x, y).RGBA()
+			seen[[4]uint32{r, g, bl, a}] = true
+			if len(seen) >= limit {
+				return len(seen)
+			}
+		}
+	}
+	return len(seen)
+}
+
+// Ctrl-C in a terminal sends SIGINT to the foreground process group: the
+// demo alone is in it, and it stops everything it started, in order.
+func TestInterruptCleansUp(t *testing.T) {
+	r := startDemo(t, "2m")
+	r.waitOutput(t, "load running for 2m0s", 3*time.Minute)
+	r.waitOutput(t, "tiergate demo  00:03", 30*time.Second)
+	sent := time.Now()
+	if err := syscall.Kill(-r.cmd.Process.Pid, syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	if code := r.wait(t, time.Minute); code != 130 {
+		t.Errorf("the demo exited with %d after SIGINT, want 130", code)
+	}
+	t.Logf("stopped %s after SIGINT", time.Since(sent).Round(100*time.Millisecond))
+	waitNoSurvivors(t, r, processesStarted)
+	out := r.out.String()
+	for _, want := range []string{"interrupt: stopping everything the demo started", "interrupted; everything the demo started is stopped",
+		fmt.Sprintf("all %d processes stopped; none left", processesStarted)} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the output lacks %q", want)
+		}
+	}
+	// The partial report says what it is.
+	s := readSummary(t, r.report)
+	if !s.Interrupted || s.Processes != processesStarted {
+		t.Errorf("summary: interrupted %v, processes %d", s.Interrupted, s.Processes)
+	}
+	b, err := os.ReadFile(filepath.Join(r.report, "README.md"))
+	if err != nil || !strings.Contains(string(b), "**The run was interrupted (Ctrl-C or SIGTERM)") {
+		t.Errorf("README.md does not say the run was interrupted: %v", err)
+	}
+}
