@@ -34,7 +34,11 @@ func TestMain(m *testing.M) {
 	tiergateBin = filepath.Join(dir, "tiergate")
 	simserverBin = filepath.Join(dir, "simserver")
 	for bin, pkg := range map[string]string{tiergateBin: "github.com/tiergate/tiergate", simserverBin: "github.com/tiergate/tiergate/hack/simserver"} {
-		cmd := exec.Command("go", "build", "-o", bin, pkg)
+		args := []string{"build", "-o", bin}
+		if os.Getenv("TIERGATE_TEST_RACE") != "" {
+			args = append(args, "-race") // the binaries under test run with the race detector
+		}
+		cmd := exec.Command("go", append(args, pkg)...)
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 		if err := cmd.Run(); err != nil {
 			fmt.Fprintln(os.Stderr, "building", pkg, err)
@@ -94,6 +98,9 @@ func startProc(t *testing.T, bin string, args ...string) *proc {
 		default:
 			_ = p.cmd.Process.Kill()
 			<-p.done
+		}
+		if strings.Contains(p.output(), "WARNING: DATA RACE") {
+			t.Errorf("%s reported a data race", filepath.Base(bin))
 		}
 		if t.Failed() {
 			t.Logf("%s output:\n%s", filepath.Base(bin), p.output())
