@@ -139,7 +139,7 @@ func TestBoundAndTenantLimit(t *testing.T) {
 			if !errors.Is(err, tc.want.Cause) {
 				t.Errorf("errors.Is(err, %v) = false", tc.want.Cause)
 			}
-			if diff := cmp.Diff(tc.want, *r, cmp.Comparer(func(a, b error) bool { return a == b })); diff != "" {
+			if diff := cmp.Diff(tc.want, *r, cmp.Comparer(func(a, b error) bool { return errors.Is(a, b) && errors.Is(b, a) })); diff != "" {
 				t.Errorf("refusal (-want +got):\n%s", diff)
 			}
 			if err.Error() != tc.wantError {

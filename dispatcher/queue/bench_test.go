@@ -395,9 +395,8 @@ func BenchmarkNoisyNeighbour(b *testing.B) {
 					for i := range w.tiers {
 						w.tiers[i] = "standard"
 					}
-					var hog []*Handle
-					for range 4 + blocked {
-						hog = append(hog, mustAdmit(b, q, "hog", "premium"))
+					for range 4 + blocked { // the hog's first 4 run and never finish
+						mustAdmit(b, q, "hog", "premium")
 					}
 					q.onDispatch = func(h *Handle) { w.fresh.push(h) }
 					clk.Step(time.Second)

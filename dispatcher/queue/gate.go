@@ -4,11 +4,12 @@ package queue
 type AcquireResult int
 
 const (
-	// Granted: the slot is taken fleet-wide; the job is dispatched.
+	// Granted means the slot is taken fleet-wide; the job is dispatched.
 	Granted AcquireResult = iota
-	// PoolFull: every slot of the pool is taken; dispatch stops until Kick.
+	// PoolFull means every slot of the pool is taken; dispatch stops until
+	// a local release or Kick.
 	PoolFull
-	// TenantFull: the tenant is at its limit fleet-wide; the tenant waits
+	// TenantFull means the tenant is at its limit fleet-wide; the tenant waits
 	// until one of its local slots frees or Kick is called.
 	TenantFull
 )

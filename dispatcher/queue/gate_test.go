@@ -219,7 +219,7 @@ func TestGateRefusals(t *testing.T) {
 	}
 	_, err := b.Admit("x", "premium")
 	var r *Refusal
-	if !errors.As(err, &r) || r.Cause != ErrQueueFull || r.Position != 21 || r.Tier != "premium" {
+	if !errors.As(err, &r) || !errors.Is(r.Cause, ErrQueueFull) || r.Position != 21 || r.Tier != "premium" {
 		t.Fatalf("fleet-wide bound: %v, want ErrQueueFull at 21", err)
 	}
 	if got := b.Stats().Tiers["premium"].Refused[CauseCapacity]; got != 1 {
@@ -234,7 +234,7 @@ func TestGateRefusals(t *testing.T) {
 	for range 3 {
 		hs = append(hs, mustAdmit(t, a, "s1", "standard"))
 	}
-	if _, err := a.Admit("s1", "standard"); !errors.As(err, &r) || r.Cause != ErrTenantLimit || r.Position != 9 {
+	if _, err := a.Admit("s1", "standard"); !errors.As(err, &r) || !errors.Is(r.Cause, ErrTenantLimit) || r.Position != 9 {
 		t.Fatalf("fleet-wide tenant limit: %v, want ErrTenantLimit at 9", err)
 	}
 

@@ -82,14 +82,14 @@ func TestBoundsShrinkAndGrowWhileQueued(t *testing.T) {
 	}
 	_, err := q.Admit("c", "standard")
 	var r *Refusal
-	if !errors.As(err, &r) || r.Cause != ErrQueueFull || r.Position != 11 {
+	if !errors.As(err, &r) || !errors.Is(r.Cause, ErrQueueFull) || r.Position != 11 {
 		t.Fatalf("Admit after shrink = %v, want ErrQueueFull at 11", err)
 	}
 	for _, h := range hs[:7] { // 3 left: under the bound again
 		h.Release()
 	}
 	mustAdmit(t, q, "c", "standard") // 4 queued: at the bound
-	if _, err := q.Admit("d", "standard"); !errors.As(err, &r) || r.Cause != ErrQueueFull || r.Position != 5 {
+	if _, err := q.Admit("d", "standard"); !errors.As(err, &r) || !errors.Is(r.Cause, ErrQueueFull) || r.Position != 5 {
 		t.Fatalf("at the new bound: %v, want ErrQueueFull at 5", err)
 	}
 
@@ -99,7 +99,7 @@ func TestBoundsShrinkAndGrowWhileQueued(t *testing.T) {
 			t.Fatalf("after growing: %v", err)
 		}
 	}
-	if _, err := q.Admit("c", "standard"); !errors.As(err, &r) || r.Cause != ErrTenantLimit || r.Position != 12 {
+	if _, err := q.Admit("c", "standard"); !errors.As(err, &r) || !errors.Is(r.Cause, ErrTenantLimit) || r.Position != 12 {
 		t.Fatalf("c's 9th = %v, want ErrTenantLimit at 12", err)
 	}
 	q.FlushQueued()

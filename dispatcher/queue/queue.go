@@ -52,9 +52,6 @@ func WithDrainWindow(d time.Duration) Option { return func(c *config) { c.drainW
 // EWMA (default 0.1).
 func WithServiceTimeWeight(w float64) Option { return func(c *config) { c.serviceEWMA = w } }
 
-// withFreeListMax bounds the recycled-job list; tests use 0 to disable reuse.
-func withFreeListMax(n int) Option { return func(c *config) { c.freeMax = n } }
-
 // Handle states. A job is queued, then dispatched and released, or it ends
 // queued as abandoned, expired or drained. Exactly one end per job.
 const (
