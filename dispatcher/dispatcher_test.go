@@ -134,7 +134,7 @@ func TestServeFileAndDrain(t *testing.T) {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
-	if resp.StatusCode != 200 {
+	if resp.StatusCode != http.StatusOK {
 		t.Errorf("readyz %d", resp.StatusCode)
 	}
 	http.DefaultClient.CloseIdleConnections()

@@ -105,7 +105,13 @@ func testPolicy(mode string, slots int) *policy.Policy {
 	}
 }
 
-func (f *fixture) do(t *testing.T, method, path string, h http.Header) *http.Response {
+// answer is a finished response: its status and headers.
+type answer struct {
+	StatusCode int
+	Header     http.Header
+}
+
+func (f *fixture) do(t *testing.T, method, path string, h http.Header) answer {
 	t.Helper()
 	req, _ := http.NewRequest(method, f.front.URL+path, strings.NewReader(`{"prompt":"x"}`))
 	for k, v := range h {
@@ -117,7 +123,7 @@ func (f *fixture) do(t *testing.T, method, path string, h http.Header) *http.Res
 	}
 	_, _ = io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
-	return resp
+	return answer{StatusCode: resp.StatusCode, Header: resp.Header}
 }
 
 // The backend never sees the client's credential or a client-chosen
@@ -133,7 +139,7 @@ func TestCredentialsStripped(t *testing.T) {
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			f := newFixture(t, testPolicy(tc.mode, 2))
-			if resp := f.do(t, http.MethodPost, "/v1/completions", tc.h); resp.StatusCode != 200 || resp.Header.Get("X-Queue-Wait-Ms") != "0" {
+			if resp := f.do(t, http.MethodPost, "/v1/completions", tc.h); resp.StatusCode != http.StatusOK || resp.Header.Get("X-Queue-Wait-Ms") != "0" {
 				t.Fatalf("status %d, wait %q", resp.StatusCode, resp.Header.Get("X-Queue-Wait-Ms"))
 			}
 			got := f.be.headers[0]
@@ -154,10 +160,10 @@ func TestCredentialsStripped(t *testing.T) {
 func TestExemptPathBypassesQueue(t *testing.T) {
 	f := newFixture(t, testPolicy(policy.AuthTrustedHeader, 0))
 	h := http.Header{"X-Tenant-Id": {"acme"}}
-	if resp := f.do(t, http.MethodGet, "/v1/models", h); resp.StatusCode != 200 || resp.Header.Get("X-Queue-Wait-Ms") != "" {
+	if resp := f.do(t, http.MethodGet, "/v1/models", h); resp.StatusCode != http.StatusOK || resp.Header.Get("X-Queue-Wait-Ms") != "" {
 		t.Errorf("exempt: %d, X-Queue-Wait-Ms %q", resp.StatusCode, resp.Header.Get("X-Queue-Wait-Ms"))
 	}
-	if resp := f.do(t, http.MethodPost, "/v1/completions", h); resp.StatusCode != 503 {
+	if resp := f.do(t, http.MethodPost, "/v1/completions", h); resp.StatusCode != http.StatusServiceUnavailable {
 		t.Errorf("queued path with no slots: %d", resp.StatusCode)
 	}
 	if diff := cmp.Diff([]string{"/v1/models"}, f.be.paths); diff != "" {
@@ -177,7 +183,7 @@ func TestDrainWaitsForInFlight(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	f.srv.StartDrain()
-	if resp := f.do(t, http.MethodPost, "/v1/completions", h); resp.StatusCode != 503 {
+	if resp := f.do(t, http.MethodPost, "/v1/completions", h); resp.StatusCode != http.StatusServiceUnavailable {
 		t.Errorf("new request while draining: %d", resp.StatusCode)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)

@@ -159,7 +159,7 @@ func newTestServer(t *testing.T, concurrency int, dist string) (*server, *httpte
 	return s, ts
 }
 
-func post(t *testing.T, ctx context.Context, url, tenant, body string) (*http.Response, error) {
+func post(ctx context.Context, t *testing.T, url, tenant, body string) (*http.Response, error) {
 	t.Helper()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))
 	if err != nil {
@@ -182,7 +182,7 @@ func TestStreamingAndWhole(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			resp, err := post(t, context.Background(), ts.URL+tc.path, "a", tc.body)
+			resp, err := post(context.Background(), t, ts.URL+tc.path, "a", tc.body)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -227,7 +227,7 @@ func TestStreamingAndWhole(t *testing.T) {
 		})
 	}
 	t.Run("whole chat", func(t *testing.T) {
-		resp, err := post(t, context.Background(), ts.URL+"/v1/chat/completions", "a", `{"max_tokens":2}`)
+		resp, err := post(context.Background(), t, ts.URL+"/v1/chat/completions", "a", `{"max_tokens":2}`)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -246,7 +246,7 @@ func TestStreamingAndWhole(t *testing.T) {
 		}
 	})
 	t.Run("bad body", func(t *testing.T) {
-		resp, err := post(t, context.Background(), ts.URL+"/v1/chat/completions", "a", `{`)
+		resp, err := post(context.Background(), t, ts.URL+"/v1/chat/completions", "a", `{`)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -266,7 +266,7 @@ func TestStatsPeaksAndCancels(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			resp, err := post(t, context.Background(), ts.URL+"/v1/completions", tenant, `{}`)
+			resp, err := post(context.Background(), t, ts.URL+"/v1/completions", tenant, `{}`)
 			if err == nil {
 				_, _ = io.Copy(io.Discard, resp.Body)
 				resp.Body.Close()
@@ -286,7 +286,7 @@ func TestStatsPeaksAndCancels(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			resp, err := post(t, ctx, ts.URL+"/v1/chat/completions", "c", `{"stream":true}`)
+			resp, err := post(ctx, t, ts.URL+"/v1/chat/completions", "c", `{"stream":true}`)
 			if err == nil {
 				_, _ = io.Copy(io.Discard, resp.Body)
 				resp.Body.Close()

@@ -124,7 +124,7 @@ func TestAdminAPI(t *testing.T) {
 
 	// The ack carries measured stats once requests have completed.
 	for range 3 {
-		if r := d.fetch(t, context.Background(), call{tenant: "acme"}); r.code != 200 {
+		if r := d.fetch(context.Background(), t, call{tenant: "acme"}); r.code != 200 {
 			t.Fatalf("request: %d %s", r.code, r.body)
 		}
 	}
@@ -189,7 +189,7 @@ func TestPolicyFileReload(t *testing.T) {
 	if v := applied(); v != 2 {
 		t.Errorf("version %d after a bad edit, want 2", v)
 	}
-	if r := d.fetch(t, context.Background(), call{tenant: "acme"}); r.code != 200 {
+	if r := d.fetch(context.Background(), t, call{tenant: "acme"}); r.code != 200 {
 		t.Errorf("data path after a bad edit: %d", r.code)
 	}
 	d.terminate(t)
@@ -209,7 +209,7 @@ func TestMetricsScrape(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				for range perClient {
-					r := d.fetch(t, context.Background(), call{tenant: tenant, path: "/v1/chat/completions", body: `{"stream":true,"max_tokens":3}`})
+					r := d.fetch(context.Background(), t, call{tenant: tenant, path: "/v1/chat/completions", body: `{"stream":true,"max_tokens":3}`})
 					if r.code != 200 && r.code != 429 {
 						t.Errorf("status %d %s", r.code, r.body)
 					}
@@ -230,7 +230,7 @@ func TestMetricsScrape(t *testing.T) {
 
 	// Load: 8 clients × 25 requests over three tiers, plus one refusal.
 	load(25)
-	d.fetch(t, context.Background(), call{})
+	d.fetch(context.Background(), t, call{})
 
 	m := d.scrape(t)
 	var ok200, refused429 float64

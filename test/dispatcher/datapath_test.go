@@ -164,7 +164,7 @@ func TestOpenAIClientHonoursRetryAfter(t *testing.T) {
 // backend never exceeds its limit, and another premium tenant's requests
 // go to the backend ahead of the flooder's queued ones.
 func TestNoisyNeighbour(t *testing.T) {
-	s := startSim(t, "--concurrency", "8", "--service-time", "const:400ms")
+	s := startSim(t, "--concurrency", "8", "--service-time", "const:600ms")
 	p := basePolicy(1, 4, s.addr)
 	p.Tiers[0].TenantConcurrencyLimit = 2
 	p.Tiers[0].TenantQueueLimit = 20
@@ -175,7 +175,7 @@ func TestNoisyNeighbour(t *testing.T) {
 	codes := make(chan int, 30)
 	send := func(tenant string) {
 		defer wg.Done()
-		r := d.fetch(t, context.Background(), call{tenant: tenant})
+		r := d.fetch(context.Background(), t, call{tenant: tenant})
 		codes <- r.code
 	}
 	for range 16 {
@@ -189,7 +189,7 @@ func TestNoisyNeighbour(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r := d.fetch(t, context.Background(), call{tenant: "globex"})
+			r := d.fetch(context.Background(), t, call{tenant: "globex"})
 			mu.Lock()
 			calm = append(calm, r)
 			mu.Unlock()
@@ -256,7 +256,7 @@ func TestStarvationGuard(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				for ctx.Err() == nil {
-					r := d.fetch(t, ctx, call{tenant: id})
+					r := d.fetch(ctx, t, call{tenant: id})
 					if r.code == http.StatusTooManyRequests {
 						time.Sleep(20 * time.Millisecond)
 					}
@@ -268,7 +268,7 @@ func TestStarvationGuard(t *testing.T) {
 	var waits []time.Duration
 	for range 3 {
 		start := time.Now()
-		r := d.fetch(t, context.Background(), call{tenant: "free-user"})
+		r := d.fetch(context.Background(), t, call{tenant: "free-user"})
 		took := time.Since(start)
 		if r.code != 200 {
 			t.Fatalf("free request got %d %s", r.code, r.body)
@@ -304,7 +304,7 @@ func TestDisconnects(t *testing.T) {
 		eventually(t, "slot taken", func() bool { return d.stats(t).Queue.InFlight == 1 })
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan result)
-		go func() { done <- d.fetch(t, ctx, call{tenant: "acme"}) }()
+		go func() { done <- d.fetch(ctx, t, call{tenant: "acme"}) }()
 		eventually(t, "queued", func() bool { return d.stats(t).Queue.Queued == 1 })
 		cancel()
 		if r := <-done; !errors.Is(r.err, context.Canceled) {
@@ -328,7 +328,7 @@ func TestDisconnects(t *testing.T) {
 		s := startSim(t, "--service-time", "const:50ms")
 		d := startDispatcher(t, dispOpts{policy: basePolicy(1, 2, s.addr)})
 		ctx, cancel := context.WithCancel(context.Background())
-		resp, err := d.do(t, ctx, call{tenant: "acme", path: "/v1/chat/completions", body: `{"stream":true,"max_tokens":20}`,
+		resp, err := d.do(ctx, t, call{tenant: "acme", path: "/v1/chat/completions", body: `{"stream":true,"max_tokens":20}`,
 			header: http.Header{"X-Sim-Service-Time": {"4s"}}})
 		if err != nil {
 			t.Fatal(err)
@@ -353,7 +353,7 @@ func TestDisconnects(t *testing.T) {
 	t.Run("backend killed mid-stream", func(t *testing.T) {
 		s := startSim(t, "--service-time", "const:50ms")
 		d := startDispatcher(t, dispOpts{policy: basePolicy(1, 2, s.addr)})
-		resp, err := d.do(t, context.Background(), call{tenant: "acme", path: "/v1/chat/completions", body: `{"stream":true,"max_tokens":20}`,
+		resp, err := d.do(context.Background(), t, call{tenant: "acme", path: "/v1/chat/completions", body: `{"stream":true,"max_tokens":20}`,
 			header: http.Header{"X-Sim-Service-Time": {"4s"}}})
 		if err != nil {
 			t.Fatal(err)
@@ -377,7 +377,7 @@ func TestDisconnects(t *testing.T) {
 		}
 		// With the backend gone, the next request gets a 502 refusal, and
 		// its slot is released too.
-		r := d.fetch(t, context.Background(), call{tenant: "acme"})
+		r := d.fetch(context.Background(), t, call{tenant: "acme"})
 		checkRefusal(t, r, wantRefusal{code: 502, typ: "backend_error", msg: "the model backend failed before answering", tier: "premium"})
 		if st := d.stats(t); st.Queue.InFlight != 0 || st.Queue.DoubleReleases != 0 {
 			t.Errorf("after 502: %+v", st.Queue)
@@ -403,12 +403,12 @@ func TestDrain(t *testing.T) {
 			d := startDispatcher(t, dispOpts{policy: basePolicy(1, 1, s.addr), args: []string{"--drain-timeout", tc.drainTimeout}})
 			inflight := make(chan result, 1)
 			go func() {
-				inflight <- d.fetch(t, context.Background(), call{tenant: "acme", path: "/v1/chat/completions",
+				inflight <- d.fetch(context.Background(), t, call{tenant: "acme", path: "/v1/chat/completions",
 					body: `{"stream":true,"max_tokens":10}`, header: http.Header{"X-Sim-Service-Time": {"1500ms"}}})
 			}()
 			eventually(t, "in flight", func() bool { return d.stats(t).Queue.InFlight == 1 })
 			queued := make(chan result, 1)
-			go func() { queued <- d.fetch(t, context.Background(), call{tenant: "globex"}) }()
+			go func() { queued <- d.fetch(context.Background(), t, call{tenant: "globex"}) }()
 			eventually(t, "queued", func() bool { return d.stats(t).Queue.Queued == 1 })
 
 			d.p.signal(t, syscall.SIGTERM)
@@ -416,7 +416,7 @@ func TestDrain(t *testing.T) {
 				code, body := d.adminDo(t, http.MethodGet, "/readyz", "", nil)
 				return code == 503 && string(body) == "draining\n"
 			})
-			checkRefusal(t, d.fetch(t, context.Background(), call{tenant: "initech"}),
+			checkRefusal(t, d.fetch(context.Background(), t, call{tenant: "initech"}),
 				wantRefusal{code: 503, typ: "draining", msg: "the dispatcher is shutting down; retry on another instance", retryAfter: 1})
 
 			r := <-inflight

@@ -64,12 +64,11 @@ func freeAddr(t *testing.T) string {
 
 // proc is a child process with its output captured.
 type proc struct {
-	cmd    *exec.Cmd
-	mu     sync.Mutex
-	out    bytes.Buffer
-	done   chan struct{}
-	exit   error
-	killed bool
+	cmd  *exec.Cmd
+	mu   sync.Mutex
+	out  bytes.Buffer
+	done chan struct{}
+	exit error
 }
 
 func (p *proc) Write(b []byte) (int, error) {
@@ -379,7 +378,7 @@ type call struct {
 	header                     http.Header
 }
 
-func (d *disp) do(t *testing.T, ctx context.Context, c call) (*http.Response, error) {
+func (d *disp) do(ctx context.Context, t *testing.T, c call) (*http.Response, error) {
 	t.Helper()
 	if c.method == "" {
 		c.method = http.MethodPost
@@ -411,9 +410,9 @@ type result struct {
 	err    error
 }
 
-func (d *disp) fetch(t *testing.T, ctx context.Context, c call) result {
+func (d *disp) fetch(ctx context.Context, t *testing.T, c call) result {
 	t.Helper()
-	resp, err := d.do(t, ctx, c)
+	resp, err := d.do(ctx, t, c)
 	if err != nil {
 		return result{err: err}
 	}

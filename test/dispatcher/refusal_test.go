@@ -203,7 +203,7 @@ func TestRefusals(t *testing.T) {
 			if tc.setup != nil {
 				tc.setup(t, d)
 			}
-			got := d.fetch(t, ctx, tc.req)
+			got := d.fetch(ctx, t, tc.req)
 			checkRefusal(t, got, tc.want)
 			tier := tc.want.tier
 			if tc.cause == "bad_request" || tc.cause == "unauthenticated" || tc.cause == "unknown_tenant" {
@@ -249,7 +249,7 @@ func background(t *testing.T, d *disp, c call) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		resp, err := d.do(t, ctx, c)
+		resp, err := d.do(ctx, t, c)
 		if err == nil {
 			_, _ = io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()
