@@ -32,9 +32,18 @@
 // cap while a slot is free runs at once, even if its tier's queue is at its
 // bound (the bound limits waiting, not running).
 //
-// Additions to the agreed API: ExpireDue, NextDeadline, Stats.Measured,
-// Refusal.CauseLabel, TierStats.InFlight/Retired, Stats.Draining and the
-// options WithDrainWindow and WithServiceTimeWeight. Handle.Position is 0
-// for a job dispatched without queueing. Release on a still-queued handle
-// abandons it.
+// Additions to the agreed API (/tmp/tg/queue-api.md), all backward
+// compatible: ExpireDue and NextDeadline (for discrete-event drivers),
+// Stats.Totals (lifetime counts: Admitted = Dispatched + Abandoned + Expired
+// + Drained once idle), Stats.Draining, TierStats.InFlight and .Retired,
+// Stats.Measured (the policy Ack's figures), Refusal.CauseLabel with
+// CauseCapacity/CauseTenantLimit, AcquireResult.String, and the options
+// WithDrainWindow and WithServiceTimeWeight. Semantics worth knowing:
+// Handle.Position is 0 for a job dispatched without queueing; Release on a
+// still-queued handle abandons it (its Wait returns context.Canceled);
+// every Gate call names the job's admission tier; a tier removed by a policy
+// keeps its queued jobs (Admit refuses it with ErrUnknownTier) and a listed
+// tenant moved to another tier takes its queued jobs along, so a policy
+// change can leave a tier above its new bound until it drains (admission
+// never does).
 package queue
