@@ -2,6 +2,12 @@
 // dispatchers: the Policy document (DESIGN.md section 11), its decoding from
 // JSON or YAML, its validation and its version ordering.
 //
+// Decode (JSON or YAML, unknown fields and trailing documents refused,
+// errors wrap ErrDecode), Validate (every violation as ValidationErrors, a
+// list of {Field, Message} with JSON field paths such as
+// "tiers[1].queueBound"), DecodeAndValidate, LoadFile, and CheckVersion
+// (ErrStaleVersion for an older version: the admin API's 409).
+//
 // A Policy is a plain value. Decode and Validate are pure functions with no
 // shared state, so they are safe for concurrent use; a decoded *Policy must
 // not be mutated once it has been handed to a dispatcher or a queue.
