@@ -88,9 +88,15 @@ test: tools ## Run every suite (unit + integration on a real kube-apiserver/etcd
 integration: tools ## Run only the integration suites under test/
 	KUBEBUILDER_ASSETS=$(BIN)/k8s go test $(GO_TEST_FLAGS) ./test/...
 
+BENCH_COUNT ?= 5
+
 .PHONY: bench
-bench: ## Run the Go benchmarks
-	go test -run '^$$' -bench . -benchmem ./...
+bench: ## Run the benchmarks behind docs/benchmarks.md (queue, dispatcher vs nginx, fleet, simulate)
+	hack/ensure-deb.sh redis-server
+	go test -run '^$$' -bench 'BenchmarkDispatch|BenchmarkNoisyNeighbour' -benchmem -count $(BENCH_COUNT) ./dispatcher/queue/
+	go test -run '^$$' -bench 'AdmitRelease|RedisRoundTrip' -benchmem -count $(BENCH_COUNT) ./dispatcher/state/
+	go test -run '^$$' -bench BenchmarkSeedHourOverload -benchmem -count $(BENCH_COUNT) ./simulate/
+	bash hack/bench-dispatcher.sh $(BENCH_COUNT)
 
 ##@ Demo and image
 
