@@ -82,6 +82,8 @@ lint: ## Run golangci-lint (.golangci.yml) and the import-boundary check
 test: tools ## Run every suite (unit + integration on a real kube-apiserver/etcd) and verify; sets up what it needs
 	hack/ensure-deb.sh $(TEST_DEB_PACKAGES)
 	KUBEBUILDER_ASSETS=$(BIN)/k8s go test $(GO_TEST_FLAGS) ./...
+	@# The race detector allocates, so the allocation budget runs uninstrumented.
+	go test -count=1 -run 'TestSteadyStateAllocs' -v ./dispatcher/queue/ | grep -E '^(--- |ok|FAIL)'
 	$(MAKE) --no-print-directory verify
 
 .PHONY: integration
