@@ -19,8 +19,9 @@ const (
 )
 
 var (
-	dashed = []vg.Length{vg.Points(5), vg.Points(3)}
-	dotted = []vg.Length{vg.Points(1.5), vg.Points(3)}
+	dashed  = []vg.Length{vg.Points(5), vg.Points(3)}
+	dotted  = []vg.Length{vg.Points(1.5), vg.Points(3)}
+	dashDot = []vg.Length{vg.Points(6), vg.Points(3), vg.Points(1.5), vg.Points(3)}
 	// causeColors keeps a cause's colour the same in every chart.
 	causeColors = map[string]color.Color{
 		"capacity":      color.RGBA{R: 0xd6, G: 0x27, B: 0x28, A: 0xff},
@@ -55,14 +56,19 @@ func finish(p *plot.Plot, s *summary, file string) error {
 		p.Y.Max = 1
 	}
 	p.Y.Max *= 1.4 // room for the legend
-	for i, e := range s.ScaleEvents {
+	labelled := map[int32]bool{}
+	for _, e := range s.ScaleEvents {
 		l, err := plotter.NewLine(plotter.XYs{{X: e.AtSeconds, Y: 0}, {X: e.AtSeconds, Y: p.Y.Max}})
 		if err != nil {
 			return err
 		}
 		l.Color, l.Dashes, l.Width = color.Gray{Y: 0x40}, dotted, vg.Points(1.5)
+		if e.To > e.From {
+			l.Dashes = dashDot
+		}
 		p.Add(l)
-		if i == 0 || e.To != s.ScaleEvents[0].To {
+		if !labelled[e.To] {
+			labelled[e.To] = true
 			p.Legend.Add(fmt.Sprintf("pool scaled to %d replicas", e.To), l)
 		}
 	}

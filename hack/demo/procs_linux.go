@@ -23,8 +23,9 @@ func readCmdline(pid int) string {
 	return strings.TrimSpace(strings.ReplaceAll(string(b), "\x00", " "))
 }
 
-// pidsMentioning lists the live processes (other than this one) whose
-// command line contains marker.
+// pidsMentioning lists the live processes whose command line contains
+// marker, except this one and its ancestors (`go run ... --workdir DIR`
+// mentions the work directory too).
 func pidsMentioning(marker string) []int {
 	if marker == "" {
 		return nil
@@ -33,11 +34,14 @@ func pidsMentioning(marker string) []int {
 	if err != nil {
 		return nil
 	}
-	self := os.Getpid()
+	skip := map[int]bool{}
+	for pid := os.Getpid(); pid > 1 && !skip[pid]; pid = parentOf(pid) {
+		skip[pid] = true
+	}
 	var out []int
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == self {
+		if err != nil || skip[pid] {
 			continue
 		}
 		if strings.Contains(readCmdline(pid), marker) && !zombie(pid) {
@@ -53,25 +57,41 @@ func zombie(pid int) bool {
 	return !ok || state == 'Z' || state == 'X'
 }
 
+// parentOf is pid's parent, or 0.
+func parentOf(pid int) int {
+	f := statFields(pid)
+	if len(f) < 2 {
+		return 0
+	}
+	ppid, _ := strconv.Atoi(f[1])
+	return ppid
+}
+
 // procStat reads a process's state and process group from /proc.
 func procStat(pid int) (state byte, pgrp int, ok bool) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0, 0, false
-	}
-	// "pid (comm) state ppid pgrp ...": the fields after the command name,
-	// which may itself hold spaces and parentheses.
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 || i+2 >= len(s) {
-		return 0, 0, false
-	}
-	f := strings.Fields(s[i+2:])
+	f := statFields(pid)
 	if len(f) < 3 {
 		return 0, 0, false
 	}
-	pgrp, err = strconv.Atoi(f[2])
+	pgrp, err := strconv.Atoi(f[2])
 	return f[0][0], pgrp, err == nil
+}
+
+// statFields are the fields of /proc/PID/stat after the command name:
+// state, ppid, pgrp, ...
+func statFields(pid int) []string {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return nil
+	}
+	// "pid (comm) state ppid pgrp ...": the command name may itself hold
+	// spaces and parentheses.
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 || i+2 >= len(s) {
+		return nil
+	}
+	return strings.Fields(s[i+2:])
 }
 
 // groupMembers lists the live (not zombie) processes of process group

@@ -38,11 +38,19 @@ func TestSupervisorStopsGroups(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stubborn, err := s.start("stubborn", "/bin/sh", "-c", `trap "" TERM; /bin/sleep 60 & wait`)
+	stubborn, err := s.start("stubborn", "/bin/sh", "-c", `trap "" TERM; echo ready; /bin/sleep 60 & wait`)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.killAll() })
+	// SIGTERM must come after the trap is set.
+	deadline := time.Now().Add(5 * time.Second)
+	for tail(stubborn.Log, 100) != "ready" {
+		if time.Now().After(deadline) {
+			t.Fatal("the stubborn child did not start")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	if polite.PGID != polite.PID || stubborn.PGID != stubborn.PID || polite.PGID == syscall.Getpgrp() {
 		t.Fatalf("children are not group leaders: %+v %+v", polite, stubborn)
 	}
@@ -55,7 +63,7 @@ func TestSupervisorStopsGroups(t *testing.T) {
 	if err := json.Unmarshal(b, &content); err != nil {
 		t.Fatal(err)
 	}
-	if content.DemoPID != os.Getpid() || len(content.Processes) != 2 || content.Processes[1].Cmdline != `/bin/sh -c trap "" TERM; /bin/sleep 60 & wait` {
+	if content.DemoPID != os.Getpid() || len(content.Processes) != 2 || content.Processes[1].Cmdline != `/bin/sh -c trap "" TERM; echo ready; /bin/sleep 60 & wait` {
 		t.Fatalf("pid file: %s", b)
 	}
 
@@ -120,8 +128,14 @@ func TestSweepKillsWhatMentionsTheMarker(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
 	t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })
-	if got := pidsMentioning(marker); len(got) != 1 || got[0] != cmd.Process.Pid {
-		t.Fatalf("pidsMentioning = %v, want [%d]", got, cmd.Process.Pid)
+	// Until the shell's child has exec'd sleep, it shows the shell's
+	// command line too.
+	deadline := time.Now().Add(5 * time.Second)
+	for got := pidsMentioning(marker); len(got) != 1 || got[0] != cmd.Process.Pid; got = pidsMentioning(marker) {
+		if time.Now().After(deadline) {
+			t.Fatalf("pidsMentioning = %v, want [%d]", got, cmd.Process.Pid)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 	killed := s.sweep(marker)
 	if len(killed) != 1 || !strings.HasPrefix(killed[0], fmt.Sprintf("pid %d (/bin/sh -c /bin/sleep 60; : ", cmd.Process.Pid)) {
@@ -158,5 +172,43 @@ func TestGroupMembers(t *testing.T) {
 	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 	if !groupGone(cmd.Process.Pid) {
 		t.Fatalf("group still has %v", groupMembers(cmd.Process.Pid))
+	}
+}
+
+// `go run ./hack/demo --workdir DIR` mentions the work directory too: the
+// sweep must not kill the demo's own ancestors.
+func TestPidsMentioningSkipsAncestors(t *testing.T) {
+	if marker := os.Getenv("TIERGATE_DEMO_ANCESTOR_MARKER"); marker != "" {
+		fmt.Printf("found %v\n", pidsMentioning(marker))
+		return
+	}
+	marker := filepath.Join(t.TempDir(), "ancestor-marker")
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The shell (the parent) and the helper (this binary) both mention the
+	// marker; so does an unrelated sibling.
+	sibling := exec.Command("/bin/sh", "-c", "/bin/sleep 60; : "+marker)
+	if err := sibling.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sibling.Process.Kill(); _ = sibling.Wait() })
+	deadline := time.Now().Add(5 * time.Second)
+	for got := pidsMentioning(marker); len(got) != 1; got = pidsMentioning(marker) {
+		if time.Now().After(deadline) {
+			t.Fatalf("pidsMentioning = %v before the helper runs, want the sibling only", got)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cmd := exec.Command("/bin/sh", "-c", self+" -test.run=TestPidsMentioningSkipsAncestors -test.count=1; : "+marker)
+	cmd.Env = append(os.Environ(), "TIERGATE_DEMO_ANCESTOR_MARKER="+marker)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("helper: %v\n%s", err, out)
+	}
+	want := fmt.Sprintf("found [%d]", sibling.Process.Pid)
+	if !strings.Contains(string(out), want) {
+		t.Errorf("helper printed %q, want %q", out, want)
 	}
 }
