@@ -40,11 +40,8 @@ type cluster struct {
 // startCluster starts etcd and kube-apiserver with their data and logs in
 // work, and records their PIDs with sup.
 func startCluster(k8sBin, work string, sup *supervisor) (*cluster, error) {
-	for _, name := range []string{"etcd", "kube-apiserver", "kubectl"} {
-		p := filepath.Join(k8sBin, name)
-		if fi, err := os.Stat(p); err != nil || fi.IsDir() || fi.Mode()&0o111 == 0 {
-			return nil, fmt.Errorf("%s is missing or not executable: run `make tools` first", p)
-		}
+	if err := checkK8sBin(k8sBin); err != nil {
+		return nil, err
 	}
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
@@ -101,6 +98,17 @@ func startCluster(k8sBin, work string, sup *supervisor) (*cluster, error) {
 		return nil, err
 	}
 	return k, nil
+}
+
+// checkK8sBin makes sure the control-plane binaries are there.
+func checkK8sBin(k8sBin string) error {
+	for _, name := range []string{"etcd", "kube-apiserver", "kubectl"} {
+		p := filepath.Join(k8sBin, name)
+		if fi, err := os.Stat(p); err != nil || fi.IsDir() || fi.Mode()&0o111 == 0 {
+			return fmt.Errorf("%s is missing or not executable: run `make tools` first", p)
+		}
+	}
+	return nil
 }
 
 // stop stops kube-apiserver and etcd (SIGTERM, SIGKILL after the stop

@@ -156,6 +156,9 @@ func (d *demo) supervisor() *supervisor {
 // run does the whole demo; teardown always runs, and the report is
 // written whenever the load phase began.
 func (d *demo) run(ctx context.Context) (err error) {
+	if err := checkK8sBin(d.cfg.K8sBin); err != nil {
+		return err
+	}
 	if err := prepareReportDir(d.cfg.Report); err != nil {
 		return err
 	}

@@ -226,6 +226,17 @@ func findings(s *summary) []string {
 		}
 		out = append(out, msg)
 	}
+	// Every admitted job ended exactly once.
+	if j := s.Jobs; s.JobsIdle && j.Admitted > 0 {
+		ended := j.Dispatched + j.Abandoned + j.Expired + j.Drained
+		msg := fmt.Sprintf("The dispatchers admitted %d requests into their queues: %d were dispatched, %d abandoned by their client, %d expired (504), %d drained", j.Admitted, j.Dispatched, j.Abandoned, j.Expired, j.Drained)
+		if ended == j.Admitted {
+			msg += "; every one ended exactly once, and nothing was left queued or in flight."
+		} else {
+			msg += fmt.Sprintf("; **%d admitted requests are unaccounted for**.", int64(j.Admitted)-int64(ended))
+		}
+		out = append(out, msg)
+	}
 	// Client against server.
 	var diffs []string
 	for _, t := range s.Tiers {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/tiergate/tiergate/dispatcher"
 	"github.com/tiergate/tiergate/dispatcher/policy"
+	"github.com/tiergate/tiergate/dispatcher/queue"
 )
 
 // dispatcherRef is one dispatcher process.
@@ -38,6 +39,8 @@ type sample struct {
 	Backends  int     // of the first dispatcher's policy
 	Versions  []int64 // applied policy version per dispatcher
 	Ready     int     // dispatchers with a policy and not draining
+	Queued    int
+	Totals    queue.Totals // every job the queues admitted, and how it ended
 	Tiers     map[string]tierSample
 	Refused   map[string]map[string]float64 // tiergate_rejections_total: tier → cause → count
 	Responses map[string]map[string]float64 // tiergate_requests_total: tier → code → count
@@ -200,6 +203,12 @@ func (o *observer) scrape(ctx context.Context) sample {
 		q := r.stats.Queue
 		s.Slots += q.Slots
 		s.InFlight += q.InFlight
+		s.Queued += q.Queued
+		s.Totals.Admitted += q.Totals.Admitted
+		s.Totals.Dispatched += q.Totals.Dispatched
+		s.Totals.Abandoned += q.Totals.Abandoned
+		s.Totals.Expired += q.Totals.Expired
+		s.Totals.Drained += q.Totals.Drained
 		s.Versions = append(s.Versions, q.PolicyVersion)
 		limits := map[string]policy.Tier{}
 		if r.pol != nil {

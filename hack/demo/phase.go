@@ -102,7 +102,10 @@ loop:
 	<-obsDone
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	d.obs.scrape(fctx) // the final counters
+	// The final counters, once the dispatchers have seen every client go.
+	for s := d.obs.scrape(fctx); s.OK && (s.Queued > 0 || s.InFlight > 0) && fctx.Err() == nil; s = d.obs.scrape(fctx) {
+		time.Sleep(100 * time.Millisecond)
+	}
 	d.ui.frame(renderTable(d.view()))
 	d.ui.setLive(false)
 	d.follows.Wait()

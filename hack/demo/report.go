@@ -12,6 +12,8 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/tiergate/tiergate/dispatcher/queue"
 )
 
 // Files of the report directory.
@@ -46,7 +48,11 @@ type summary struct {
 	Conditions    []metav1.Condition `json:"conditions,omitempty"`
 	Events        []string           `json:"events,omitempty"`
 	Processes     int                `json:"processes"`
-	Charts        []string           `json:"charts"`
+	// Jobs are the dispatchers' queue totals at the end, once idle: every
+	// admitted job ended exactly once if Admitted is the sum of the rest.
+	Jobs     queue.Totals `json:"jobs"`
+	JobsIdle bool         `json:"jobsIdle"`
+	Charts   []string     `json:"charts"`
 }
 
 // tierSummary is one tier, client-side (every HTTP request, openai-go
@@ -156,6 +162,7 @@ func (d *demo) summarize(runErr error) *summary {
 			break
 		}
 	}
+	s.Jobs, s.JobsIdle = last.Totals, last.OK && last.Queued == 0 && last.InFlight == 0
 	for _, t := range order {
 		ts := tierSummary{Tier: t, RefusedByCause: map[string]int{}, ServerRefusedByCause: map[string]float64{}, BoundMin: math.MaxInt}
 		for _, r := range recs {
