@@ -102,6 +102,13 @@ bench: ## Run the benchmarks behind docs/benchmarks.md (queue, dispatcher vs ngi
 
 ##@ Demo and image
 
+# `make demo DURATION=30s` is the short version (test/demo runs it).
+DURATION ?= 3m
+
+.PHONY: demo
+demo: tools ## Run tiergate end to end on this machine for DURATION (default 3m) and write demo-report/
+	go run ./hack/demo --duration $(DURATION) --report demo-report
+
 IMAGE_TAR ?= dist/tiergate-image.tar
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 
