@@ -6,7 +6,9 @@ import (
 )
 
 // Controller metrics (DESIGN.md section 9), served by the manager's metrics
-// endpoint. Labels never name a tenant.
+// endpoint. Labels never name a tenant. The pool label is "namespace/name",
+// the same value the dispatchers' metrics carry (Policy.Pool), so rules can
+// join the two on (pool, tier).
 var (
 	pushTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "tiergate_push_total",
@@ -21,8 +23,38 @@ var (
 		Name: "tiergate_pool_concurrency",
 		Help: "Pool concurrency P = readyReplicas × concurrencyPerReplica, by ModelPool (namespace/name).",
 	}, []string{"pool"})
+	tierMaxWait = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "tiergate_tier_max_wait_seconds",
+		Help: "Stated guarantee of a ServiceTier (status.maxWait), by ModelPool (namespace/name) and tier; absent while the pool has no ready replicas.",
+	}, []string{"pool", "tier"})
 )
 
 func init() {
-	ctrlmetrics.Registry.MustRegister(pushTotal, pushLatency, poolConcurrency)
+	ctrlmetrics.Registry.MustRegister(pushTotal, pushLatency, poolConcurrency, tierMaxWait)
+}
+
+// setTierMaxWait exports the stated maxWait of the pool's tiers and deletes
+// the series of the tiers in exported that are gone or have no guarantee
+// now. It returns the tiers exported. Only changed tiers are deleted, so a
+// scrape never sees a current tier missing.
+func setTierMaxWait(g *prometheus.GaugeVec, pool string, exported map[string]bool, tiers []TierBounds) map[string]bool {
+	now := make(map[string]bool, len(tiers))
+	for _, t := range tiers {
+		if t.Unbounded {
+			continue
+		}
+		g.WithLabelValues(pool, t.Name).Set(t.MaxWait.Seconds())
+		now[t.Name] = true
+	}
+	for name := range exported {
+		if !now[name] {
+			g.DeleteLabelValues(pool, name)
+		}
+	}
+	return now
+}
+
+// deleteTierMaxWait deletes every tier series of a pool that went away.
+func deleteTierMaxWait(g *prometheus.GaugeVec, pool string) {
+	g.DeletePartialMatch(prometheus.Labels{"pool": pool})
 }

@@ -65,6 +65,9 @@ type poolMemory struct {
 	contentHash string
 	version     int64
 	lastResync  time.Time
+	// maxWaitTiers are the tiers whose tiergate_tier_max_wait_seconds
+	// series this pool exports.
+	maxWaitTiers map[string]bool
 }
 
 func (r *PoolReconciler) memory(key types.NamespacedName) *poolMemory {
@@ -223,6 +226,8 @@ func (r *PoolReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 	}
 	mem.contentHash, mem.version = hash, version
 	poolConcurrency.WithLabelValues(req.String()).Set(float64(bounds.Pool.Concurrency))
+	// The same maxWait the tiers' status states (desiredTierStatus).
+	mem.maxWaitTiers = setTierMaxWait(tierMaxWait, req.String(), mem.maxWaitTiers, bounds.Tiers)
 
 	// Push. With no tiers there is no valid policy: dispatchers keep theirs.
 	resync := false
@@ -259,9 +264,11 @@ func (r *PoolReconciler) forget(ctx context.Context, key types.NamespacedName) e
 	r.mu.Lock()
 	if m, ok := r.pools[key]; ok {
 		m.contentHash = ""
+		m.maxWaitTiers = nil
 	}
 	r.mu.Unlock()
 	poolConcurrency.DeleteLabelValues(key.String())
+	deleteTierMaxWait(tierMaxWait, key.String())
 
 	now := metav1.NewTime(r.Clock.Now().Truncate(time.Second))
 	var tiers v1alpha1.ServiceTierList
