@@ -1,0 +1,91 @@
+package testutil
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestModuleRoot(t *testing.T) {
+	root, err := ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if root != want {
+		t.Errorf("ModuleRoot = %s, want %s", root, want)
+	}
+	t.Chdir(t.TempDir())
+	if root, err := ModuleRoot(); err == nil {
+		t.Errorf("ModuleRoot outside any module = %s, want an error", root)
+	}
+}
+
+func TestRaceRequested(t *testing.T) {
+	t.Setenv(RaceEnv, "")
+	if RaceRequested() {
+		t.Error("RaceRequested with the variable empty")
+	}
+	t.Setenv(RaceEnv, "1")
+	if !RaceRequested() {
+		t.Error("not RaceRequested with the variable set")
+	}
+}
+
+func TestBuildBinary(t *testing.T) {
+	root, err := ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const pkg = "./internal/testutil/testdata/hello"
+	tests := map[string]struct {
+		opts BuildOptions
+		want string
+	}{
+		"plain":    {BuildOptions{}, "hello plain\n"},
+		"with env": {BuildOptions{Env: []string{"GOFLAGS=-tags=testutilflavour"}}, "hello tagged\n"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			out := filepath.Join(t.TempDir(), "hello")
+			if err := BuildBinary(root, out, pkg, tc.opts); err != nil {
+				t.Fatal(err)
+			}
+			got, err := exec.Command(out).Output()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(got) != tc.want {
+				t.Errorf("the binary says %q, want %q", got, tc.want)
+			}
+		})
+	}
+	t.Run("race", func(t *testing.T) {
+		out := filepath.Join(t.TempDir(), "hello")
+		if err := BuildBinary(root, out, pkg, BuildOptions{Race: true}); err != nil {
+			t.Fatal(err)
+		}
+		// A race build links the detector's runtime in.
+		b, err := os.ReadFile(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(b), "__tsan_") {
+			t.Error("the -race build has no race detector runtime")
+		}
+	})
+	t.Run("a build failure carries the compiler output", func(t *testing.T) {
+		err := BuildBinary(root, filepath.Join(t.TempDir(), "x"), "./internal/testutil/testdata/missing", BuildOptions{})
+		if err == nil {
+			t.Fatal("building a missing package succeeded")
+		}
+		if msg := err.Error(); !strings.HasPrefix(msg, "go build ./internal/testutil/testdata/missing: exit status 1\n") || !strings.Contains(msg, "testdata/missing") {
+			t.Errorf("error %q", msg)
+		}
+	})
+}

@@ -1,0 +1,6 @@
+// Command hello is what the tests of package testutil build.
+package main
+
+import "fmt"
+
+func main() { fmt.Println("hello " + flavour) }

@@ -1,0 +1,5 @@
+//go:build !testutilflavour
+
+package main
+
+const flavour = "plain"
