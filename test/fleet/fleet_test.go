@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tiergate/tiergate/dispatcher/state/redistest"
+	"github.com/tiergate/tiergate/internal/testutil"
 )
 
 // TestCapsHoldAcrossDispatchers floods two dispatchers with requests of a
@@ -144,13 +145,13 @@ func TestBoundsHoldAcrossDispatchers(t *testing.T) {
 			}()
 			// One long request holds the pool's only slot.
 			send(ds[0], "holder", "60s")
-			eventually(t, 10*time.Second, "the slot taken", func() bool { return sm.stats(t).Active == 1 })
+			testutil.EventuallyTrue(t, 10*time.Second, "the slot taken", func() bool { return sm.stats(t).Active == 1 })
 			for i, d := range ds {
 				for _, tenant := range tc.tenants[i] {
 					send(d, tenant, "10ms")
 				}
 			}
-			eventually(t, 10*time.Second, "the queues filled", func() bool {
+			testutil.EventuallyTrue(t, 10*time.Second, "the queues filled", func() bool {
 				return ds[0].queued(t) == len(tc.tenants[0]) && ds[1].queued(t) == len(tc.tenants[1])
 			})
 			for _, d := range ds {
@@ -180,7 +181,7 @@ func TestBoundsHoldAcrossDispatchers(t *testing.T) {
 			wg.Wait()
 			rc := redis.NewClient(&redis.Options{Addr: rs.Addr()})
 			defer rc.Close()
-			eventually(t, 10*time.Second, "the queued and slot leases gone", func() bool {
+			testutil.EventuallyTrue(t, 10*time.Second, "the queued and slot leases gone", func() bool {
 				n1, _ := rc.ZCard(context.Background(), "tg:{fleet/llm}:queued:tier:standard").Result()
 				n2, _ := rc.ZCard(context.Background(), "tg:{fleet/llm}:slots").Result()
 				return n1 == 0 && n2 == 0
@@ -210,13 +211,13 @@ func TestCrashedDispatcherCapacityReturnsWithinTTL(t *testing.T) {
 		wg.Add(1)
 		go func() { defer wg.Done(); _ = complete(ctx, d1, "a", "60s") }()
 	}
-	eventually(t, 10*time.Second, "d1 holding all 4 slots", func() bool { return sm.stats(t).Active == 4 })
+	testutil.EventuallyTrue(t, 10*time.Second, "d1 holding all 4 slots", func() bool { return sm.stats(t).Active == 4 })
 	waiting := make(chan result, 1)
 	go func() { waiting <- complete(ctx, d2, "b", "10ms") }()
-	eventually(t, 10*time.Second, "d2's request queued", func() bool { return d2.queued(t) == 1 })
+	testutil.EventuallyTrue(t, 10*time.Second, "d2's request queued", func() bool { return d2.queued(t) == 1 })
 
 	killed := time.Now()
-	d1.kill9()
+	d1.Kill()
 	r := <-waiting
 	back := time.Since(killed)
 	if r.err != nil || r.status != http.StatusOK {
@@ -270,7 +271,7 @@ func TestRedisOutageFallsBackAndResumes(t *testing.T) {
 		}
 		return v
 	}
-	eventually(t, 10*time.Second, "both dispatchers registered", func() bool {
+	testutil.EventuallyTrue(t, 10*time.Second, "both dispatchers registered", func() bool {
 		for _, d := range ds {
 			if v, _ := d.metric(t, "tiergate_state_dispatchers"); v != 2 {
 				return false
@@ -312,7 +313,7 @@ func TestRedisOutageFallsBackAndResumes(t *testing.T) {
 	}
 
 	rs.Restart() // empty: the dispatchers must write their leases back
-	eventually(t, 10*time.Second, "fleet mode resumed", func() bool {
+	testutil.EventuallyTrue(t, 10*time.Second, "fleet mode resumed", func() bool {
 		return degraded(ds[0]) == 0 && degraded(ds[1]) == 0
 	})
 	phase("redis back", 1500*time.Millisecond)
@@ -322,7 +323,7 @@ func TestRedisOutageFallsBackAndResumes(t *testing.T) {
 		t.Errorf("dispatchers registered after the outage: %d, %v", n, err)
 	}
 	for _, d := range ds {
-		out := d.out.String()
+		out := d.Output()
 		if n := strings.Count(out, "Redis unreachable"); n != 1 {
 			t.Errorf("%s logged the outage %d times, want once", d.name, n)
 		}
@@ -361,16 +362,4 @@ func load(t *testing.T, ds []*dispatcher, d time.Duration) (served int, failures
 	}
 	wg.Wait()
 	return served, failures
-}
-
-// eventually polls cond (a process or server condition) every 20ms.
-func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }

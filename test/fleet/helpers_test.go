@@ -2,10 +2,8 @@ package fleet
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -13,94 +11,26 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/tiergate/tiergate/dispatcher/policy"
 	"github.com/tiergate/tiergate/dispatcher/state/redistest"
+	"github.com/tiergate/tiergate/internal/testutil"
 )
 
 // proc is a child process whose output is kept for failure messages.
 type proc struct {
 	name string
-	cmd  *exec.Cmd
-	out  *syncBuffer
-	done chan struct{}
+	*testutil.Process
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
+// startProc starts bin; Cleanup stops it with SIGTERM (SIGKILL after 15s)
+// and logs the end of its output if the test failed.
 func startProc(t *testing.T, name, bin string, args ...string) *proc {
 	t.Helper()
-	p := &proc{name: name, out: &syncBuffer{}, done: make(chan struct{})}
-	p.cmd = exec.Command(bin, args...)
-	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
-	if err := p.cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", name, err)
-	}
-	go func() { _ = p.cmd.Wait(); close(p.done) }()
-	t.Cleanup(func() {
-		p.stop()
-		if t.Failed() {
-			t.Logf("--- output of %s:\n%s", name, tail(p.out.String(), 4000))
-		}
-	})
-	return p
-}
-
-func tail(s string, n int) string {
-	if len(s) > n {
-		return "…" + s[len(s)-n:]
-	}
-	return s
-}
-
-// stop sends SIGTERM and waits (SIGKILL after 15s). Idempotent.
-func (p *proc) stop() {
-	select {
-	case <-p.done:
-		return
-	default:
-	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(15 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.done
-	}
-}
-
-// kill9 is a crash: SIGKILL, no drain, no goodbye to Redis.
-func (p *proc) kill9() {
-	_ = p.cmd.Process.Kill()
-	<-p.done
-}
-
-func (p *proc) exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
+	p := testutil.StartT(t, exec.Command(bin, args...), testutil.Options{Name: name, Grace: 15 * time.Second, LogBytes: 4000})
+	return &proc{name: name, Process: p}
 }
 
 // sim is a running simserver.
@@ -111,7 +41,7 @@ type sim struct {
 
 func startSim(t *testing.T, concurrency int, serviceTime string) *sim {
 	t.Helper()
-	addr := fmt.Sprintf("127.0.0.1:%d", redistest.FreePort(t))
+	addr := testutil.FreeAddr(t, "127.0.0.1")
 	s := &sim{addr: addr}
 	s.proc = startProc(t, "simserver", simserverBin, "--listen", addr,
 		"--concurrency", strconv.Itoa(concurrency), "--service-time", serviceTime, "--tokens", "4")
@@ -195,8 +125,8 @@ func startDispatcher(t *testing.T, name, redisURL string, p *policy.Policy, extr
 		t.Fatal(err)
 	}
 	d := &dispatcher{
-		data:  fmt.Sprintf("127.0.0.1:%d", redistest.FreePort(t)),
-		admin: fmt.Sprintf("127.0.0.1:%d", redistest.FreePort(t)),
+		data:  testutil.FreeAddr(t, "127.0.0.1"),
+		admin: testutil.FreeAddr(t, "127.0.0.1"),
 		token: "fleet-token",
 	}
 	args := append([]string{"dispatcher", "--listen", d.data, "--admin-listen", d.admin,
@@ -210,23 +140,7 @@ func startDispatcher(t *testing.T, name, redisURL string, p *policy.Policy, extr
 // waitHTTP waits until url answers 200, or fails if the process exits.
 func waitHTTP(t *testing.T, p *proc, url string) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		resp, err := http.Get(url)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return
-			}
-		}
-		if p.exited() {
-			t.Fatalf("%s exited while starting:\n%s", p.name, p.out.String())
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %s not ready in 20s (%v)", p.name, url, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testutil.WaitHTTP(t, p.Process, url, http.StatusOK, 20*time.Second)
 }
 
 func getJSON(t *testing.T, url, token string, v any) {

@@ -3,10 +3,10 @@ package fleet
 import (
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime"
 	"testing"
+
+	"github.com/tiergate/tiergate/internal/testutil"
 )
 
 // Binaries built by TestMain.
@@ -23,15 +23,16 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	_, here, _, _ := runtime.Caller(0)
-	root := filepath.Join(filepath.Dir(here), "..", "..")
+	root, err := testutil.ModuleRoot()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
 	tiergateBin = filepath.Join(dir, "tiergate")
 	simserverBin = filepath.Join(dir, "simserver")
 	for out, pkg := range map[string]string{tiergateBin: ".", simserverBin: "./hack/simserver"} {
-		cmd := exec.Command("go", "build", "-o", out, pkg)
-		cmd.Dir = root
-		if b, err := cmd.CombinedOutput(); err != nil {
-			fmt.Fprintf(os.Stderr, "go build %s: %v\n%s", pkg, err, b)
+		if err := testutil.BuildBinary(root, out, pkg, testutil.BuildOptions{}); err != nil {
+			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}
 	}
