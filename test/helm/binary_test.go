@@ -6,18 +6,23 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -320,9 +325,9 @@ func runControllerAsServiceAccount(t *testing.T, ns, release string) {
 	if err := os.WriteFile(tokenFile, []byte(pushToken(t, ns, release+"-tiergate-push-token", "token")), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	probe := freeAddr(t)
+	probe, metricsAddr := freeAddr(t), freeAddr(t)
 	argv := rewrite(t, args(t, deploy), map[string]string{
-		"metrics-bind-address":      freeAddr(t),
+		"metrics-bind-address":      metricsAddr,
 		"health-probe-bind-address": probe,
 		"push-token-file":           tokenFile,
 	})
@@ -353,6 +358,45 @@ func runControllerAsServiceAccount(t *testing.T, ns, release string) {
 		}
 		conds, _, _ := unstructured.NestedSlice(mp.Object, "status", "conditions")
 		return len(conds) > 0, fmt.Sprintf("status %v", mp.Object["status"])
+	})
+
+	// With the sample's 6 ready replicas the tiers state their guarantees
+	// (DESIGN.md section 4: 61s, 121s, 181s), and /metrics serves them with
+	// the pool label the dispatchers use, for the chart's alert to join on.
+	kubectl(t, "patch", "deployment", "llm", "--namespace", ns, "--subresource=status", "--type=merge",
+		"-p", `{"status":{"replicas":6,"readyReplicas":6}}`)
+	want := map[string]float64{"premium": 61, "standard": 121, "free": 181}
+	eventually(t, "the controller exports the tiers' stated maxWait", 30*time.Second, func() (bool, string) {
+		code, body := httpDo(t, http.MethodGet, "http://"+metricsAddr+"/metrics", "", nil)
+		if code != http.StatusOK {
+			return false, fmt.Sprintf("GET /metrics: %d", code)
+		}
+		parser := expfmt.NewTextParser(model.UTF8Validation)
+		families, err := parser.TextToMetricFamilies(strings.NewReader(body))
+		if err != nil {
+			return false, err.Error()
+		}
+		got := map[string]float64{}
+		for name := range controllerExported {
+			f, ok := families[name]
+			if !ok {
+				return false, name + " not served"
+			}
+			for _, m := range f.GetMetric() {
+				labels := map[string]string{}
+				for _, lp := range m.GetLabel() {
+					labels[lp.GetName()] = lp.GetValue()
+				}
+				names, wantNames := slices.Sorted(maps.Keys(labels)), slices.Sorted(maps.Keys(controllerExported[name]))
+				if !slices.Equal(names, wantNames) {
+					return false, fmt.Sprintf("%s has labels %v, want %v", name, names, wantNames)
+				}
+				if name == "tiergate_tier_max_wait_seconds" && labels["pool"] == ns+"/llm" {
+					got[labels["tier"]] = m.GetGauge().GetValue()
+				}
+			}
+		}
+		return cmp.Equal(want, got), fmt.Sprintf("tiergate_tier_max_wait_seconds{pool=%q} by tier: %v, want %v", ns+"/llm", got, want)
 	})
 	p.stop(t, 20*time.Second)
 	if logs := p.stderr.String(); regexp.MustCompile(`(?i)forbidden`).MatchString(logs) {

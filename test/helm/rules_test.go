@@ -77,20 +77,46 @@ func TestRulesPassPromtoolCheck(t *testing.T) {
 }
 
 // alertTests feeds synthetic series to the rendered alerts (namespace
-// tiergate-system, premium guaranteed 30s, other tiers 120s) and states which
-// alerts fire at 20m, with their labels and annotations.
+// tiergate-system; values: premium guaranteed 30s, other tiers 120s) and
+// states which alerts fire at 20m, with their labels and annotations.
 const alertTests = `rule_files:
   - RULES
 evaluation_interval: 1m
 tests:
   - interval: 1m
     input_series:
-      # Oldest queued age: premium over its 30s, standard under the default
-      # 120s, free over it; another namespace is out of scope.
+      # Stated guarantees, as the controller exports them: premium 61s
+      # (reported by two controllers mid-handover), standard 121s, batch
+      # 181s, gold 200s until 10m then 100s; free states none. The other
+      # namespace's pool states one too.
+      - series: 'tiergate_tier_max_wait_seconds{namespace="tiergate-system",pod="ctl-0",pool="tiergate-system/llm",tier="premium"}'
+        values: '61x30'
+      - series: 'tiergate_tier_max_wait_seconds{namespace="tiergate-system",pod="ctl-1",pool="tiergate-system/llm",tier="premium"}'
+        values: '61x30'
+      - series: 'tiergate_tier_max_wait_seconds{namespace="tiergate-system",pod="ctl-0",pool="tiergate-system/llm",tier="standard"}'
+        values: '121x30'
+      - series: 'tiergate_tier_max_wait_seconds{namespace="tiergate-system",pod="ctl-0",pool="tiergate-system/llm",tier="batch"}'
+        values: '181x30'
+      - series: 'tiergate_tier_max_wait_seconds{namespace="tiergate-system",pod="ctl-0",pool="tiergate-system/llm",tier="gold"}'
+        values: '200x10 100x20'
+      - series: 'tiergate_tier_max_wait_seconds{namespace="tiergate-system",pod="ctl-0",pool="elsewhere/llm",tier="premium"}'
+        values: '61x30'
+      # Oldest queued age, on two dispatchers (max is taken). premium 45s:
+      # over the values' 30s but under the stated 61s, quiet. standard 130s
+      # on d-1: over its stated 121s. batch 150s: over the values' 120s but
+      # under the stated 181s, quiet. gold 150s: under its 200s, over it
+      # once it becomes 100s at 10m. free 150s: no stated guarantee, over
+      # the values' 120s. Another namespace is out of scope.
       - series: 'tiergate_oldest_queued_age_seconds{namespace="tiergate-system",pod="d-0",pool="tiergate-system/llm",tier="premium"}'
         values: '45x30'
       - series: 'tiergate_oldest_queued_age_seconds{namespace="tiergate-system",pod="d-0",pool="tiergate-system/llm",tier="standard"}'
         values: '100x30'
+      - series: 'tiergate_oldest_queued_age_seconds{namespace="tiergate-system",pod="d-1",pool="tiergate-system/llm",tier="standard"}'
+        values: '130x30'
+      - series: 'tiergate_oldest_queued_age_seconds{namespace="tiergate-system",pod="d-0",pool="tiergate-system/llm",tier="batch"}'
+        values: '150x30'
+      - series: 'tiergate_oldest_queued_age_seconds{namespace="tiergate-system",pod="d-0",pool="tiergate-system/llm",tier="gold"}'
+        values: '150x30'
       - series: 'tiergate_oldest_queued_age_seconds{namespace="tiergate-system",pod="d-0",pool="tiergate-system/llm",tier="free"}'
         values: '150x30'
       - series: 'tiergate_oldest_queued_age_seconds{namespace="elsewhere",pod="d-0",pool="elsewhere/llm",tier="premium"}'
@@ -129,10 +155,38 @@ tests:
             exp_annotations:
               summary: "A free request in pool tiergate-system/llm has queued beyond the tier's stated guarantee."
               description: "The oldest queued request of tier free in pool tiergate-system/llm has waited 2m 30s, longer than the guarantee the ServiceTier states (status.maxWait). The pool is serving slower than its declared service time, or it lost replicas: compare the ModelPool's observedServiceTime and readyReplicas."
-          - exp_labels: {severity: warning, namespace: tiergate-system, pool: tiergate-system/llm, tier: premium}
+          - exp_labels: {severity: warning, namespace: tiergate-system, pool: tiergate-system/llm, tier: gold}
             exp_annotations:
-              summary: "A premium request in pool tiergate-system/llm has queued beyond the tier's stated guarantee."
-              description: "The oldest queued request of tier premium in pool tiergate-system/llm has waited 45s, longer than the guarantee the ServiceTier states (status.maxWait). The pool is serving slower than its declared service time, or it lost replicas: compare the ModelPool's observedServiceTime and readyReplicas."
+              summary: "A gold request in pool tiergate-system/llm has queued beyond the tier's stated guarantee."
+              description: "The oldest queued request of tier gold in pool tiergate-system/llm has waited 2m 30s, longer than the guarantee the ServiceTier states (status.maxWait). The pool is serving slower than its declared service time, or it lost replicas: compare the ModelPool's observedServiceTime and readyReplicas."
+          - exp_labels: {severity: warning, namespace: tiergate-system, pool: tiergate-system/llm, tier: standard}
+            exp_annotations:
+              summary: "A standard request in pool tiergate-system/llm has queued beyond the tier's stated guarantee."
+              description: "The oldest queued request of tier standard in pool tiergate-system/llm has waited 2m 10s, longer than the guarantee the ServiceTier states (status.maxWait). The pool is serving slower than its declared service time, or it lost replicas: compare the ModelPool's observedServiceTime and readyReplicas."
+      # Before gold's guarantee drops, only free and standard.
+      - eval_time: 9m
+        alertname: TiergateQueuedBeyondGuarantee
+        exp_alerts:
+          - exp_labels: {severity: warning, namespace: tiergate-system, pool: tiergate-system/llm, tier: free}
+            exp_annotations:
+              summary: "A free request in pool tiergate-system/llm has queued beyond the tier's stated guarantee."
+              description: "The oldest queued request of tier free in pool tiergate-system/llm has waited 2m 30s, longer than the guarantee the ServiceTier states (status.maxWait). The pool is serving slower than its declared service time, or it lost replicas: compare the ModelPool's observedServiceTime and readyReplicas."
+          - exp_labels: {severity: warning, namespace: tiergate-system, pool: tiergate-system/llm, tier: standard}
+            exp_annotations:
+              summary: "A standard request in pool tiergate-system/llm has queued beyond the tier's stated guarantee."
+              description: "The oldest queued request of tier standard in pool tiergate-system/llm has waited 2m 10s, longer than the guarantee the ServiceTier states (status.maxWait). The pool is serving slower than its declared service time, or it lost replicas: compare the ModelPool's observedServiceTime and readyReplicas."
+      # gold is over its new guarantee since 11m, not yet for 2m.
+      - eval_time: 11m
+        alertname: TiergateQueuedBeyondGuarantee
+        exp_alerts:
+          - exp_labels: {severity: warning, namespace: tiergate-system, pool: tiergate-system/llm, tier: free}
+            exp_annotations:
+              summary: "A free request in pool tiergate-system/llm has queued beyond the tier's stated guarantee."
+              description: "The oldest queued request of tier free in pool tiergate-system/llm has waited 2m 30s, longer than the guarantee the ServiceTier states (status.maxWait). The pool is serving slower than its declared service time, or it lost replicas: compare the ModelPool's observedServiceTime and readyReplicas."
+          - exp_labels: {severity: warning, namespace: tiergate-system, pool: tiergate-system/llm, tier: standard}
+            exp_annotations:
+              summary: "A standard request in pool tiergate-system/llm has queued beyond the tier's stated guarantee."
+              description: "The oldest queued request of tier standard in pool tiergate-system/llm has waited 2m 10s, longer than the guarantee the ServiceTier states (status.maxWait). The pool is serving slower than its declared service time, or it lost replicas: compare the ModelPool's observedServiceTime and readyReplicas."
       - eval_time: 1m
         alertname: TiergateQueuedBeyondGuarantee
         exp_alerts: []
@@ -177,8 +231,15 @@ func TestAlertsFire(t *testing.T) {
 	}
 }
 
+// controllerExported are the controller metrics the alerts and the
+// dashboard read: family name → label names. The controller run by
+// runControllerAsServiceAccount must serve exactly these labels.
+var controllerExported = map[string]map[string]bool{
+	"tiergate_tier_max_wait_seconds": {"pool": true, "tier": true},
+}
+
 // exported gathers what dispatcher/metrics really exports, with every series
-// present: family name → label names.
+// present, plus controllerExported: family name → label names.
 func exported(t *testing.T) map[string]map[string]bool {
 	t.Helper()
 	reg := prometheus.NewRegistry()
@@ -203,6 +264,9 @@ func exported(t *testing.T) map[string]map[string]bool {
 		t.Fatal(err)
 	}
 	out := map[string]map[string]bool{}
+	for name, labels := range controllerExported {
+		out[name] = labels
+	}
 	for _, f := range families {
 		labels := map[string]bool{}
 		for _, mt := range f.GetMetric() {
@@ -252,7 +316,7 @@ func checkExpr(t *testing.T, where, expr string, known map[string]map[string]boo
 	for _, ref := range refs {
 		labels, ok := known[ref]
 		if !ok {
-			t.Errorf("%s uses %s, which dispatcher/metrics does not export: %s", where, ref, expr)
+			t.Errorf("%s uses %s, which neither dispatcher/metrics nor the controller exports: %s", where, ref, expr)
 			continue
 		}
 		for l := range labels {
