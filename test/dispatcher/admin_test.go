@@ -184,7 +184,7 @@ func TestPolicyFileReload(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, "the bad edit logged", func() bool {
-		return strings.Contains(d.p.output(), `"msg"="keeping the previous policy"`)
+		return strings.Contains(d.p.Output(), `"msg"="keeping the previous policy"`)
 	})
 	if v := applied(); v != 2 {
 		t.Errorf("version %d after a bad edit, want 2", v)

@@ -6,13 +6,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -21,6 +19,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/tiergate/tiergate/dispatcher/policy"
+	"github.com/tiergate/tiergate/internal/testutil"
 )
 
 var tiergateBin, simserverBin string
@@ -31,16 +30,19 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+	root, err := testutil.ModuleRoot()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
 	tiergateBin = filepath.Join(dir, "tiergate")
 	simserverBin = filepath.Join(dir, "simserver")
+	// With TIERGATE_TEST_RACE the binaries under test run with the race
+	// detector.
+	opts := testutil.BuildOptions{Race: testutil.RaceRequested()}
 	for bin, pkg := range map[string]string{tiergateBin: "github.com/tiergate/tiergate", simserverBin: "github.com/tiergate/tiergate/hack/simserver"} {
-		args := []string{"build", "-o", bin}
-		if os.Getenv("TIERGATE_TEST_RACE") != "" {
-			args = append(args, "-race") // the binaries under test run with the race detector
-		}
-		cmd := exec.Command("go", append(args, pkg)...)
-		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-		if err := cmd.Run(); err != nil {
+		if err := testutil.BuildBinary(root, bin, pkg, opts); err != nil {
 			fmt.Fprintln(os.Stderr, "building", pkg, err)
 			os.RemoveAll(dir)
 			os.Exit(1)
@@ -54,96 +56,40 @@ func TestMain(m *testing.M) {
 // freeAddr returns a loopback address with a port that was free a moment ago.
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return testutil.FreeAddr(t, "127.0.0.1")
 }
 
 // proc is a child process with its output captured.
-type proc struct {
-	cmd  *exec.Cmd
-	mu   sync.Mutex
-	out  bytes.Buffer
-	done chan struct{}
-	exit error
-}
+type proc struct{ *testutil.Process }
 
-func (p *proc) Write(b []byte) (int, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.out.Write(b)
-}
-
-func (p *proc) output() string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.out.String()
-}
-
+// startProc starts bin; Cleanup kills it, fails the test on a data race
+// report and logs the output of a failed test.
 func startProc(t *testing.T, bin string, args ...string) *proc {
 	t.Helper()
-	p := &proc{cmd: exec.Command(bin, args...), done: make(chan struct{})}
-	p.cmd.Stdout, p.cmd.Stderr = p, p
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { p.exit = p.cmd.Wait(); close(p.done) }()
-	t.Cleanup(func() {
-		select {
-		case <-p.done:
-		default:
-			_ = p.cmd.Process.Kill()
-			<-p.done
-		}
-		if strings.Contains(p.output(), "WARNING: DATA RACE") {
-			t.Errorf("%s reported a data race", filepath.Base(bin))
-		}
-		if t.Failed() {
-			t.Logf("%s output:\n%s", filepath.Base(bin), p.output())
-		}
-	})
-	return p
+	return &proc{testutil.StartT(t, exec.Command(bin, args...), testutil.Options{Name: filepath.Base(bin)})}
 }
 
-// signal sends sig and returns a channel closed when the process exits.
+// signal sends sig.
 func (p *proc) signal(t *testing.T, sig os.Signal) {
 	t.Helper()
-	if err := p.cmd.Process.Signal(sig); err != nil {
+	if err := p.Signal(sig); err != nil {
 		t.Fatal(err)
 	}
 }
 
+// wait waits for the exit and returns it; it fails the test after within.
 func (p *proc) wait(t *testing.T, within time.Duration) error {
 	t.Helper()
-	select {
-	case <-p.done:
-		return p.exit
-	case <-time.After(within):
+	exited, err := p.Wait(within)
+	if !exited {
 		t.Fatalf("process did not exit within %s", within)
-		return nil
 	}
+	return err
 }
 
 func waitHTTP(t *testing.T, url string, p *proc) {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for time.Now().Before(deadline) {
-		select {
-		case <-p.done:
-			t.Fatalf("process exited early: %v\n%s", p.exit, p.output())
-		default:
-		}
-		resp, err := http.Get(url)
-		if err == nil {
-			resp.Body.Close()
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("%s not up within 15s", url)
+	testutil.WaitHTTP(t, p.Process, url, 0, 15*time.Second)
 }
 
 // sim is a running simserver.
@@ -342,13 +288,7 @@ func (d *disp) scrape(t *testing.T) map[string]float64 {
 // eventually retries cond until it holds or 10s pass.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testutil.EventuallyTrue(t, 10*time.Second, what, cond)
 }
 
 // basePolicy is a TrustedHeader policy with premium/standard/free tiers and
@@ -448,7 +388,7 @@ func (d *disp) terminate(t *testing.T) {
 	t.Helper()
 	d.p.signal(t, syscall.SIGTERM)
 	if err := d.p.wait(t, 20*time.Second); err != nil {
-		t.Fatalf("dispatcher exit: %v\n%s", err, d.p.output())
+		t.Fatalf("dispatcher exit: %v\n%s", err, d.p.Output())
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/tiergate/tiergate/dispatcher/policy"
+	"github.com/tiergate/tiergate/internal/testutil"
 )
 
 func sha(key string) string {
@@ -233,12 +234,11 @@ func apiKeyPolicy(backend string) func() *policy.Policy {
 
 // freeAddrNoT is a loopback address nothing listens on.
 func freeAddrNoT() string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ports, err := testutil.FreePorts("127.0.0.1", 1)
 	if err != nil {
 		panic(err)
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0]))
 }
 
 // background sends a request that the test does not wait for; it ends
