@@ -28,6 +28,7 @@ import (
 
 	"github.com/tiergate/tiergate/api/v1alpha1"
 	"github.com/tiergate/tiergate/dispatcher/policy"
+	"github.com/tiergate/tiergate/internal/testutil"
 )
 
 // samplePolicy is what each of n dispatchers must hold for the samples
@@ -90,7 +91,7 @@ func TestSamplesReachEveryDispatcher(t *testing.T) {
 	t.Logf("all 3 dispatchers held the seed policy %s after the Deployment reported 6 ready replicas", took.Round(time.Millisecond))
 
 	// ModelPool status: the seed table, Synced, and the horizon warning.
-	eventually(t, 2*time.Second-time.Since(start), "ModelPool Synced with the seed values", func() error {
+	testutil.Eventually(t, 2*time.Second-time.Since(start), "ModelPool Synced with the seed values", func() error {
 		p := e.pool()
 		st := p.Status
 		got := fmt.Sprintf("R=%d P=%d rate=%s ageing=%s dispatchers=%+v", st.ReadyReplicas, st.PoolConcurrency, st.ServiceRate, st.AgeingRate.Duration, st.Dispatchers)
@@ -140,7 +141,7 @@ func TestSamplesReachEveryDispatcher(t *testing.T) {
 		"standard": {80, 2, 8, 121 * time.Second, metav1.ConditionTrue},
 		"free":     {120, 1, 4, 181 * time.Second, metav1.ConditionTrue},
 	}
-	eventually(t, 2*time.Second, "ServiceTier status", func() error {
+	testutil.Eventually(t, 2*time.Second, "ServiceTier status", func() error {
 		var tiers v1alpha1.ServiceTierList
 		if err := k8s.List(context.Background(), &tiers, client.InNamespace(e.ns)); err != nil {
 			return err
@@ -166,7 +167,7 @@ func TestSamplesReachEveryDispatcher(t *testing.T) {
 	})
 
 	// TenantQuota status: effective limits 6/2/1.
-	eventually(t, 2*time.Second, "TenantQuota status", func() error {
+	testutil.Eventually(t, 2*time.Second, "TenantQuota status", func() error {
 		var quotas v1alpha1.TenantQuotaList
 		if err := k8s.List(context.Background(), &quotas, client.InNamespace(e.ns)); err != nil {
 			return err
@@ -187,7 +188,7 @@ func TestSamplesReachEveryDispatcher(t *testing.T) {
 	})
 
 	// The seed samples trigger the horizon warning as an event.
-	eventually(t, 2*time.Second, "Warning event AgeingHorizonExceedsClientTimeout", func() error {
+	testutil.Eventually(t, 2*time.Second, "Warning event AgeingHorizonExceedsClientTimeout", func() error {
 		return hasEvent(e.ns, "llm", corev1.EventTypeWarning, "AgeingHorizonExceedsClientTimeout", "exceeds clientTimeout 30s")
 	})
 }
@@ -256,7 +257,7 @@ func TestScalingPropagates(t *testing.T) {
 	if p99 >= 2*time.Second {
 		t.Errorf("p99 propagation %s, want < 2s", p99)
 	}
-	eventually(t, 2*time.Second, "ScaledBounds event", func() error {
+	testutil.Eventually(t, 2*time.Second, "ScaledBounds event", func() error {
 		return hasEvent(e.ns, "llm", corev1.EventTypeNormal, "ScaledBounds", "premium 20→10, standard 80→40, free 120→60")
 	})
 }
@@ -293,7 +294,7 @@ spec:
 		if took, err := allHold(e.disp, 2*time.Second, matches(samplePolicy(e.ns, backends, 12, tiers, tenants))); err != nil {
 			t.Fatalf("hooli not in every policy after %s: %v", took, err)
 		}
-		eventually(t, 2*time.Second, "hooli's effective limit", func() error {
+		testutil.Eventually(t, 2*time.Second, "hooli's effective limit", func() error {
 			var q v1alpha1.TenantQuota
 			if err := k8s.Get(ctx, types.NamespacedName{Namespace: e.ns, Name: "hooli"}, &q); err != nil {
 				return err
@@ -315,7 +316,7 @@ spec:
 			t.Fatalf("standard still in a policy after %s: %v", took, err)
 		}
 		for _, name := range []string{"globex", "hooli"} {
-			eventually(t, 2*time.Second, name+" TierNotFound", func() error {
+			testutil.Eventually(t, 2*time.Second, name+" TierNotFound", func() error {
 				var q v1alpha1.TenantQuota
 				if err := k8s.Get(ctx, types.NamespacedName{Namespace: e.ns, Name: name}, &q); err != nil {
 					return err
@@ -353,14 +354,14 @@ spec:
 		}
 		// The plaintext never reaches a dispatcher or the controller's log.
 		for _, d := range e.disp {
-			if strings.Contains(d.proc.log.String(), "sk-acme") {
+			if strings.Contains(d.proc.Output(), "sk-acme") {
 				t.Errorf("%s's log contains the API key", d.pod)
 			}
 		}
-		if strings.Contains(ctrlProc.log.String(), "sk-acme") {
+		if strings.Contains(ctrlProc.Output(), "sk-acme") {
 			t.Error("the controller's log contains the API key")
 		}
-		eventually(t, 2*time.Second, "acme apiKeys status", func() error {
+		testutil.Eventually(t, 2*time.Second, "acme apiKeys status", func() error {
 			var q v1alpha1.TenantQuota
 			if err := k8s.Get(ctx, types.NamespacedName{Namespace: e.ns, Name: "acme"}, &q); err != nil {
 				return err
@@ -376,7 +377,7 @@ spec:
 		if out, err := kubectlCmd("patch", "-n", e.ns, "tenantquota", "initech", "--type=merge", "-p", `{"spec":{"apiKeySecretRef":{"name":"no-such-secret"}}}`); err != nil {
 			t.Fatalf("kubectl patch: %v\n%s", err, out)
 		}
-		eventually(t, 2*time.Second, "initech SecretNotFound", func() error {
+		testutil.Eventually(t, 2*time.Second, "initech SecretNotFound", func() error {
 			var q v1alpha1.TenantQuota
 			if err := k8s.Get(ctx, types.NamespacedName{Namespace: e.ns, Name: "initech"}, &q); err != nil {
 				return err
@@ -406,7 +407,7 @@ func TestDispatcherPodsComeAndGo(t *testing.T) {
 	if ready, err := podIsReady(e.ns, fresh.pod); err != nil || ready {
 		t.Fatalf("the new pod is Ready=%v (%v); the test needs it unready", ready, err)
 	}
-	eventually(t, 2*time.Second, "status counts the unready pod as synced", func() error {
+	testutil.Eventually(t, 2*time.Second, "status counts the unready pod as synced", func() error {
 		if got := e.pool().Status.Dispatchers; got != (v1alpha1.DispatcherCounts{Total: 3, Ready: 2, Synced: 3}) {
 			return fmt.Errorf("dispatchers %+v, want 3 total, 2 ready, 3 synced", got)
 		}
@@ -414,7 +415,7 @@ func TestDispatcherPodsComeAndGo(t *testing.T) {
 	})
 	// Now let its readiness probe run: it is Ready because it has a policy.
 	e.kubelet.probe(e.ns, fresh.pod, "http://"+fresh.admin+"/readyz")
-	eventually(t, 2*time.Second, "the new pod becomes Ready", func() error {
+	testutil.Eventually(t, 2*time.Second, "the new pod becomes Ready", func() error {
 		if ready, err := podIsReady(e.ns, fresh.pod); err != nil || !ready {
 			return fmt.Errorf("ready=%v err=%v", ready, err)
 		}
@@ -468,7 +469,7 @@ func TestWrongTokenDegrades(t *testing.T) {
 	e.applySamples()
 	e.setReadyReplicas(6)
 
-	eventually(t, 3*time.Second, "Degraded PushUnauthorized", func() error {
+	testutil.Eventually(t, 3*time.Second, "Degraded PushUnauthorized", func() error {
 		st := e.pool().Status
 		if err := conditionIs(st.Conditions, v1alpha1.ModelPoolDegraded, metav1.ConditionTrue, "PushUnauthorized"); err != nil {
 			return err
@@ -525,7 +526,7 @@ func TestMeasuredServiceTime(t *testing.T) {
 	}, sampleTenants))); err != nil {
 		t.Fatalf("declared-mean policy not held after %s: %v", took, err)
 	}
-	eventually(t, 10*time.Second, "simservers serve", func() error {
+	testutil.Eventually(t, 10*time.Second, "simservers serve", func() error {
 		for _, b := range backends {
 			resp, err := http.Get("http://" + b.Address + "/health")
 			if err != nil {
@@ -566,7 +567,7 @@ func TestMeasuredServiceTime(t *testing.T) {
 	// The next resync's acks carry the measured time; the controller folds
 	// it into S, the bounds follow, and the dispatcher gets them.
 	var observed time.Duration
-	eventually(t, 5*time.Second, "observedServiceTime near 300ms", func() error {
+	testutil.Eventually(t, 5*time.Second, "observedServiceTime near 300ms", func() error {
 		st := e.pool().Status
 		if st.ObservedServiceTime == nil {
 			return fmt.Errorf("no observedServiceTime yet")
@@ -580,7 +581,7 @@ func TestMeasuredServiceTime(t *testing.T) {
 	// premium L = floor(24 × 5s / S), free L = floor(24 × 30s / S), with
 	// S read again each time in case a later resync moved it once more.
 	var wantPremium, wantFree int
-	eventually(t, 3*time.Second, "the dispatcher holds the measured bounds", func() error {
+	testutil.Eventually(t, 3*time.Second, "the dispatcher holds the measured bounds", func() error {
 		st := e.pool().Status
 		observed = st.ObservedServiceTime.Duration
 		wantPremium = int(24 * 5 * time.Second / observed)
@@ -640,14 +641,14 @@ func TestControllerRestartNeverRegressesVersions(t *testing.T) {
 	if after.Version <= before.Version {
 		t.Errorf("version went from %d to %d across the restart", before.Version, after.Version)
 	}
-	eventually(t, 2*time.Second, "Synced after restart", func() error {
+	testutil.Eventually(t, 2*time.Second, "Synced after restart", func() error {
 		st := e.pool().Status
 		if st.PolicyVersion != after.Version {
 			return fmt.Errorf("status policyVersion %d, dispatcher holds %d", st.PolicyVersion, after.Version)
 		}
 		return conditionIs(st.Conditions, v1alpha1.ModelPoolSynced, metav1.ConditionTrue, "AllDispatchersSynced")
 	})
-	if strings.Contains(ctrlProc.log.String(), "holds a newer policy version") {
+	if strings.Contains(ctrlProc.Output(), "holds a newer policy version") {
 		t.Error("a dispatcher answered 409 to the restarted controller")
 	}
 }
@@ -662,7 +663,7 @@ func TestUnreachableDispatcherIsRetried(t *testing.T) {
 	e.applySamples()
 	e.setReadyReplicas(6)
 
-	eventually(t, 5*time.Second, "Degraded DispatcherUnreachable", func() error {
+	testutil.Eventually(t, 5*time.Second, "Degraded DispatcherUnreachable", func() error {
 		st := e.pool().Status
 		if err := conditionIs(st.Conditions, v1alpha1.ModelPoolDegraded, metav1.ConditionTrue, "DispatcherUnreachable"); err != nil {
 			return err
@@ -698,7 +699,7 @@ func TestUnreachableDispatcherIsRetried(t *testing.T) {
 		t.Fatalf("the late dispatcher has no policy %s after it started: %v", took, err)
 	}
 	t.Logf("the late dispatcher got its policy %s after it started listening", time.Since(started).Round(time.Millisecond))
-	eventually(t, 3*time.Second, "Degraded clears and all are synced", func() error {
+	testutil.Eventually(t, 3*time.Second, "Degraded clears and all are synced", func() error {
 		st := e.pool().Status
 		if err := conditionIs(st.Conditions, v1alpha1.ModelPoolDegraded, metav1.ConditionFalse, "Healthy"); err != nil {
 			return err
@@ -724,7 +725,7 @@ func TestPoolDeletion(t *testing.T) {
 	if out, err := kubectlCmd("delete", "-n", e.ns, "modelpool", "llm"); err != nil {
 		t.Fatalf("kubectl delete: %v\n%s", err, out)
 	}
-	eventually(t, 2*time.Second, "tiers and quotas say PoolNotFound", func() error {
+	testutil.Eventually(t, 2*time.Second, "tiers and quotas say PoolNotFound", func() error {
 		var tiers v1alpha1.ServiceTierList
 		if err := k8s.List(ctx, &tiers, client.InNamespace(e.ns)); err != nil {
 			return err

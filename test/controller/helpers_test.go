@@ -16,7 +16,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -29,109 +28,18 @@ import (
 
 	"github.com/tiergate/tiergate/api/v1alpha1"
 	"github.com/tiergate/tiergate/dispatcher/policy"
+	"github.com/tiergate/tiergate/internal/testutil"
 )
 
 // subnet hands every test environment its own 127.77.N.0/24, so tests
 // never collide on an address.
 var subnet atomic.Int32
 
-// freePorts finds n ports free on every one of ips.
-func freePorts(ip string, n int, more ...string) ([]int, error) {
-	var out []int
-	for tries := 0; len(out) < n && tries < 200; tries++ {
-		l, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
-		if err != nil {
-			return nil, err
-		}
-		port := l.Addr().(*net.TCPAddr).Port
-		ok := true
-		var extra []net.Listener
-		for _, other := range more {
-			ol, err := net.Listen("tcp", net.JoinHostPort(other, fmt.Sprint(port)))
-			if err != nil {
-				ok = false
-				break
-			}
-			extra = append(extra, ol)
-		}
-		for _, ol := range extra {
-			ol.Close()
-		}
-		l.Close()
-		if ok && !contains(out, port) {
-			out = append(out, port)
-		}
-	}
-	if len(out) < n {
-		return nil, fmt.Errorf("no %d free ports on %s %v", n, ip, more)
-	}
-	return out, nil
-}
-
-func contains(s []int, v int) bool {
-	for _, x := range s {
-		if x == v {
-			return true
-		}
-	}
-	return false
-}
-
-// eventually retries f every 10ms until it returns nil or timeout passes.
-func eventually(t *testing.T, timeout time.Duration, what string, f func() error) {
+// startProcess starts bin; Cleanup stops it (SIGTERM, SIGKILL after 10s)
+// and logs its output if the test failed.
+func startProcess(t *testing.T, name string, bin string, args ...string) *testutil.Process {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	var err error
-	for {
-		if err = f(); err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s: %v", what, timeout, err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-// process is a child process a test started; Cleanup stops it.
-type process struct {
-	name string
-	cmd  *exec.Cmd
-	log  *lockedBuffer
-	done chan struct{}
-}
-
-func startProcess(t *testing.T, name string, bin string, args ...string) *process {
-	t.Helper()
-	p := &process{name: name, log: &lockedBuffer{}, done: make(chan struct{})}
-	p.cmd = exec.Command(bin, args...)
-	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
-	if err := p.cmd.Start(); err != nil {
-		t.Fatalf("starting %s: %v", name, err)
-	}
-	go func() { _ = p.cmd.Wait(); close(p.done) }()
-	t.Cleanup(func() {
-		p.stop()
-		if t.Failed() {
-			t.Logf("--- %s log ---\n%s", name, p.log.String())
-		}
-	})
-	return p
-}
-
-func (p *process) stop() {
-	select {
-	case <-p.done:
-		return
-	default:
-	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(10 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.done
-	}
+	return testutil.StartT(t, exec.Command(bin, args...), testutil.Options{Name: name, Grace: 10 * time.Second})
 }
 
 // dispatcher is a real `tiergate dispatcher` process and its Pod object.
@@ -141,7 +49,7 @@ type dispatcher struct {
 	admin string // ip:adminPort
 	data  string // ip:dataPort
 	token string
-	proc  *process
+	proc  *testutil.Process
 }
 
 // env is one test's namespace, addresses and processes.
@@ -174,7 +82,7 @@ func newEnv(t *testing.T) *env {
 		_ = k8s.DeleteAllOf(ctx, &v1alpha1.ModelPool{}, client.InNamespace(e.ns))
 		_ = k8s.DeleteAllOf(ctx, &corev1.Pod{}, client.InNamespace(e.ns), client.GracePeriodSeconds(0))
 	})
-	ports, err := freePorts(e.ip(2), 3, e.ip(3), e.ip(4), e.ip(5), e.ip(6), e.ip(10), e.ip(11), e.ip(12))
+	ports, err := testutil.FreePorts(e.ip(2), 3, e.ip(3), e.ip(4), e.ip(5), e.ip(6), e.ip(10), e.ip(11), e.ip(12))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,7 +110,7 @@ func (e *env) startDispatcher(name string, host int, tokenFile string, probed bo
 	d.proc = startProcess(e.t, "dispatcher "+name, tiergateBin, "dispatcher",
 		"--listen", d.data, "--admin-listen", d.admin, "--admin-token-file", tokenFile,
 		"--drain-timeout", "1s", "--log-format", "text")
-	eventually(e.t, 10*time.Second, "dispatcher "+name+" answers /healthz", func() error {
+	testutil.Eventually(e.t, 10*time.Second, "dispatcher "+name+" answers /healthz", func() error {
 		resp, err := http.Get("http://" + d.admin + "/healthz")
 		if err != nil {
 			return err

@@ -9,8 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -18,10 +16,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/tiergate/tiergate/api/v1alpha1"
+	"github.com/tiergate/tiergate/internal/testutil"
+	"github.com/tiergate/tiergate/internal/testutil/controlplane"
 )
 
 // Shared by every test of the package; set up once in TestMain.
@@ -54,7 +55,7 @@ func run(m *testing.M) int {
 	}
 	code := m.Run()
 	// Least privilege must still be enough: any refusal by RBAC fails.
-	if ctrlProc != nil && strings.Contains(ctrlProc.log.String(), "forbidden") {
+	if ctrlProc != nil && strings.Contains(ctrlProc.Output(), "forbidden") {
 		fmt.Fprintln(os.Stderr, "test/controller: the controller was refused by RBAC (see its log)")
 		code = 1
 	}
@@ -90,14 +91,9 @@ func setUp() error {
 		return err
 	}
 	repoRoot = root
-	assets := os.Getenv("KUBEBUILDER_ASSETS")
-	if assets == "" {
-		assets = filepath.Join(root, "bin", "k8s")
-	}
-	for _, name := range []string{"kube-apiserver", "etcd", "kubectl"} {
-		if fi, err := os.Stat(filepath.Join(assets, name)); err != nil || fi.Mode()&0o111 == 0 {
-			return fmt.Errorf("control-plane binary %s/%s is missing; run `make tools` first", assets, name)
-		}
+	assets, err := controlplane.Assets(root)
+	if err != nil {
+		return err
 	}
 	kubectlBin = filepath.Join(assets, "kubectl")
 	if tmpDir, err = os.MkdirTemp("", "tiergate-controller-e2e-"); err != nil {
@@ -108,10 +104,8 @@ func setUp() error {
 	tiergateBin = filepath.Join(tmpDir, "tiergate")
 	simBin = filepath.Join(tmpDir, "simserver")
 	for out, pkg := range map[string]string{tiergateBin: ".", simBin: "./hack/simserver"} {
-		cmd := exec.Command("go", "build", "-o", out, pkg)
-		cmd.Dir = root
-		if b, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("go build %s: %v\n%s", pkg, err, b)
+		if err := testutil.BuildBinary(root, out, pkg, testutil.BuildOptions{}); err != nil {
+			return err
 		}
 	}
 
@@ -122,21 +116,15 @@ func setUp() error {
 	if err := v1alpha1.AddToScheme(scheme); err != nil {
 		return err
 	}
-	testEnv = &envtest.Environment{
-		Scheme:                scheme,
-		CRDDirectoryPaths:     []string{filepath.Join(root, "config", "crd", "bases")},
-		ErrorIfCRDPathMissing: true,
-		BinaryAssetsDirectory: assets,
-	}
-	cfg, err := testEnv.Start()
-	if err != nil {
-		return fmt.Errorf("starting kube-apiserver and etcd from %s: %w", assets, err)
+	var cfg *rest.Config
+	if testEnv, cfg, err = controlplane.Start(root, assets, scheme); err != nil {
+		return err
 	}
 	if k8s, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {
 		return err
 	}
 	adminConfig = filepath.Join(tmpDir, "admin.kubeconfig")
-	if err := os.WriteFile(adminConfig, testEnv.KubeConfig, 0o600); err != nil {
+	if err := controlplane.WriteKubeconfig(testEnv, nil, adminConfig); err != nil {
 		return err
 	}
 
@@ -149,19 +137,11 @@ func setUp() error {
 	if out, err := kubectlCmd("apply", "-n", controllerNamespace, "-k", filepath.Join(root, "config", "rbac")); err != nil {
 		return fmt.Errorf("kubectl apply -k config/rbac: %v\n%s", err, out)
 	}
-	user, err := testEnv.AddUser(envtest.User{
+	ctrlConfig = filepath.Join(tmpDir, "controller.kubeconfig")
+	if err := controlplane.WriteKubeconfig(testEnv, &envtest.User{
 		Name:   "system:serviceaccount:" + controllerNamespace + ":tiergate-controller",
 		Groups: []string{"system:serviceaccounts", "system:authenticated"},
-	}, nil)
-	if err != nil {
-		return err
-	}
-	kc, err := user.KubeConfig()
-	if err != nil {
-		return err
-	}
-	ctrlConfig = filepath.Join(tmpDir, "controller.kubeconfig")
-	if err := os.WriteFile(ctrlConfig, kc, 0o600); err != nil {
+	}, ctrlConfig); err != nil {
 		return err
 	}
 	pushToken = filepath.Join(tmpDir, "push-token")
@@ -187,51 +167,24 @@ func kubectlStdin(stdin []byte, args ...string) ([]byte, error) {
 
 // controllerProcess is `tiergate controller` running as a child process.
 type controllerProcess struct {
-	cmd       *exec.Cmd
+	*testutil.Process
 	probeAddr string
 	metrics   string
-	log       *lockedBuffer
-	done      chan struct{}
 }
 
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-func (c *controllerProcess) tail(n int) string {
-	lines := strings.Split(strings.TrimRight(c.log.String(), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
-}
+func (c *controllerProcess) tail(n int) string { return testutil.LastLines(c.Output(), n) }
 
 // startController starts the controller and waits until it leads.
 func startController() (*controllerProcess, error) {
-	ports, err := freePorts("127.0.0.1", 2)
+	ports, err := testutil.FreePorts("127.0.0.1", 2)
 	if err != nil {
 		return nil, err
 	}
 	c := &controllerProcess{
 		probeAddr: fmt.Sprintf("127.0.0.1:%d", ports[0]),
 		metrics:   fmt.Sprintf("127.0.0.1:%d", ports[1]),
-		log:       &lockedBuffer{},
-		done:      make(chan struct{}),
 	}
-	c.cmd = exec.Command(tiergateBin, "controller",
+	cmd := exec.Command(tiergateBin, "controller",
 		"--kubeconfig", ctrlConfig,
 		"--leader-elect=true",
 		"--leader-election-namespace", controllerNamespace,
@@ -242,19 +195,15 @@ func startController() (*controllerProcess, error) {
 		"--push-timeout", "1s",
 		"--zap-log-level", logLevel(),
 	)
-	c.cmd.Stdout, c.cmd.Stderr = c.log, c.log
-	if err := c.cmd.Start(); err != nil {
+	if c.Process, err = testutil.Start(cmd); err != nil {
 		return nil, err
 	}
-	go func() { _ = c.cmd.Wait(); close(c.done) }()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		select {
-		case <-c.done:
+		if c.Exited() {
 			return nil, fmt.Errorf("the controller exited at start:\n%s", c.tail(40))
-		default:
 		}
-		if strings.Contains(strings.ToLower(c.log.String()), "successfully acquired lease") {
+		if strings.Contains(strings.ToLower(c.Output()), "successfully acquired lease") {
 			if resp, err := http.Get("http://" + c.probeAddr + "/readyz"); err == nil {
 				resp.Body.Close()
 				if resp.StatusCode == http.StatusOK {
@@ -271,20 +220,7 @@ func startController() (*controllerProcess, error) {
 }
 
 // stop sends SIGTERM and waits; SIGKILL after 10s.
-func (c *controllerProcess) stop() {
-	select {
-	case <-c.done:
-		return
-	default:
-	}
-	_ = c.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-c.done:
-	case <-time.After(10 * time.Second):
-		_ = c.cmd.Process.Kill()
-		<-c.done
-	}
-}
+func (c *controllerProcess) stop() { c.Stop(10 * time.Second) }
 
 // logLevel is the controller's --zap-log-level; TIERGATE_E2E_LOG_LEVEL=debug
 // helps when a test fails.
