@@ -23,8 +23,11 @@ type Policy struct {
 	Pool string `json:"pool"`
 	// Slots is how many requests may be in flight at once.
 	Slots int `json:"slots"`
-	// ServiceRate is the pool's drain rate μ in requests per second, used
-	// for Retry-After until a tier's own drain rate has been measured.
+	// ServiceRate is the drain rate in requests per second of the queue this
+	// dispatcher's bounds describe, used for Retry-After until a tier's own
+	// drain rate has been measured: in Local mode its own share, Slots / S,
+	// and in Redis mode the pool-wide μ = P / S, since bounds are then
+	// fleet-wide too.
 	ServiceRate float64 `json:"serviceRate"`
 	// AgeingRate is the seconds of waiting worth one priority point.
 	AgeingRate float64 `json:"ageingRate"`
