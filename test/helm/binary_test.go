@@ -23,6 +23,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+	"github.com/redis/go-redis/v9"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -409,4 +410,122 @@ func runControllerAsServiceAccount(t *testing.T, ns, release string) {
 	if h := l.Spec.HolderIdentity; h != nil && *h != "" {
 		t.Errorf("Lease still held by %q after a clean stop (release on cancel needs update)", *h)
 	}
+}
+
+// The chart's fleet-mode flags, run: a real redis-server with a password,
+// the chart's --state URL, password file, lease TTL and renewal interval.
+// The dispatcher's registration in Redis shows the TTL (its lease expires
+// at most 2s after Redis' clock, against 10s by default) and the interval
+// (renewed about every 200ms, against 667ms by default for that TTL).
+func TestDispatcherRunsWithChartFleetFlags(t *testing.T) {
+	redisBin, err := exec.LookPath("redis-server")
+	if err != nil {
+		t.Fatalf("redis-server not found: install it with `hack/ensure-deb.sh redis-server` (%v)", err)
+	}
+	const token = "chart-fleet-test-token-0123456789abcdef"
+	const password = "fleet-test-password"
+	dir := t.TempDir()
+	tokenFile, pwFile := filepath.Join(dir, "token"), filepath.Join(dir, "password")
+	for f, v := range map[string]string{tokenFile: token, pwFile: password + "\n"} {
+		if err := os.WriteFile(f, []byte(v), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	redisAddr := freeAddr(t)
+	host, port, _ := net.SplitHostPort(redisAddr)
+	redisLog := filepath.Join(dir, "redis.log")
+	srv := exec.Command(redisBin, "--bind", host, "--port", port, "--requirepass", password,
+		"--save", "", "--appendonly", "no", "--dir", dir, "--logfile", redisLog)
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = srv.Process.Kill()
+		_ = srv.Wait()
+	})
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr, Password: password})
+	t.Cleanup(func() { _ = rdb.Close() })
+	eventually(t, "redis-server answers PING", 10*time.Second, func() (bool, string) {
+		err := rdb.Ping(context.Background()).Err()
+		log, _ := os.ReadFile(redisLog)
+		return err == nil, fmt.Sprintf("%v\n%s", err, log)
+	})
+
+	d := find(t, render(t, "--set", "redis.enabled=true,redis.address="+redisAddr+",redis.passwordSecret.name=redis-auth,redis.leaseTTLSeconds=2",
+		"--set-json", "redis.renewIntervalSeconds=0.2"), "Deployment", "tiergate-dispatcher")
+	chartArgs := args(t, d)
+	for _, want := range []string{"--state=redis://" + redisAddr + "/0", "--state-lease-ttl=2s", "--state-renew-interval=0.2s"} {
+		if !slices.Contains(chartArgs, want) {
+			t.Fatalf("the chart's arguments %v lack %s", chartArgs, want)
+		}
+	}
+	data, admin := freeAddr(t), freeAddr(t)
+	p := start(t, rewrite(t, chartArgs, map[string]string{
+		"listen":              data,
+		"admin-listen":        admin,
+		"admin-token-file":    tokenFile,
+		"redis-password-file": pwFile,
+	}))
+	eventually(t, "/healthz answers 200", 20*time.Second, func() (bool, string) {
+		code, body := httpDo(t, http.MethodGet, "http://"+admin+"/healthz", "", nil)
+		return code == http.StatusOK, fmt.Sprintf("%d %s", code, body)
+	})
+
+	pol := policy.Policy{
+		Version: 1, Pool: "tg/llm", Slots: 4, ServiceRate: 1, AgeingRate: 6, ClientTimeoutSeconds: 30, SharedState: policy.StateRedis,
+		Authentication: policy.Authentication{Mode: "TrustedHeader", HeaderName: "X-Tenant-ID"},
+		Tiers:          []policy.Tier{{Name: "premium", TolerableWaitSeconds: 5, QueueBound: 5, TenantConcurrencyLimit: 1, TenantQueueLimit: 1}},
+		Backends:       []policy.Backend{{Address: "127.0.0.1:1", Scheme: "http"}},
+	}
+	if err := pol.Validate(); err != nil {
+		t.Fatalf("the test's policy is invalid: %v", err)
+	}
+	body, err := json.Marshal(pol)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, resp := httpDo(t, http.MethodPut, "http://"+admin+"/v1/policy", token, body); code/100 != 2 {
+		t.Fatalf("PUT /v1/policy = %d %q, want 2xx", code, resp)
+	}
+
+	// registration returns the dispatcher's lease expiry and how far it
+	// lies ahead of Redis' clock, in milliseconds; ok is false while the
+	// dispatcher is not registered.
+	const key = "tg:{tg/llm}:dispatchers"
+	ctx := context.Background()
+	registration := func() (expiry, lead float64, ok bool, err error) {
+		members, err := rdb.ZRangeWithScores(ctx, key, 0, -1).Result()
+		if err != nil || len(members) == 0 {
+			return 0, 0, false, err
+		}
+		now, err := rdb.Time(ctx).Result()
+		if err != nil {
+			return 0, 0, false, err
+		}
+		return members[0].Score, members[0].Score - float64(now.UnixMilli()), true, nil
+	}
+	eventually(t, "the dispatcher registers in Redis", 10*time.Second, func() (bool, string) {
+		_, _, ok, err := registration()
+		return ok, fmt.Sprintf("no member in %s (err %v)", key, err)
+	})
+	expiries := map[float64]bool{}
+	var maxLead float64
+	for end := time.Now().Add(2 * time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		expiry, lead, ok, err := registration()
+		if err != nil || !ok {
+			t.Fatalf("the registration vanished: ok %v, err %v", ok, err)
+		}
+		maxLead = max(maxLead, lead)
+		expiries[expiry] = true
+	}
+	if maxLead > 2000 || maxLead <= 0 {
+		t.Errorf("the registration expires up to %.0fms after Redis' clock, want within the chart's 2s lease TTL", maxLead)
+	}
+	// 2s at 200ms is 10 renewals; the default interval for a 2s TTL
+	// (667ms) gives 3 or 4.
+	if len(expiries) < 6 {
+		t.Errorf("the registration was renewed %d times in 2s, want at least 6 with the chart's 0.2s interval", len(expiries))
+	}
+	p.stop(t, 40*time.Second)
 }

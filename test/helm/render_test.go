@@ -249,81 +249,130 @@ func cmpSubset() cmp.Option {
 
 func TestRedisFlags(t *testing.T) {
 	base := []string{"redis.enabled=true", "redis.address=redis.fleet:6379"}
+	passwordVol := map[string]any{"name": "redis-password", "secret": map[string]any{"secretName": "redis-auth", "defaultMode": 0o440,
+		"items": []any{map[string]any{"key": "pw", "path": "password"}}}}
+	passwordMount := map[string]any{"name": "redis-password", "mountPath": "/var/run/tiergate/redis", "readOnly": true}
+	caVol := map[string]any{"name": "redis-ca", "secret": map[string]any{"secretName": "redis-ca", "defaultMode": 0o444,
+		"items": []any{map[string]any{"key": "ca.pem", "path": "ca.crt"}}}}
+	caMount := map[string]any{"name": "redis-ca", "mountPath": "/var/run/tiergate/redis-ca", "readOnly": true}
 	tests := map[string]struct {
-		set        []string
-		wantState  string
-		wantSecret map[string]any // the password volume, nil for none
+		set     []string
+		setJSON []string
+		// wantArgs follow --drain-timeout; wantVolumes and wantMounts follow
+		// the push token's.
+		wantArgs                []string
+		wantVolumes, wantMounts []any
 		// What go-redis, which the dispatcher hands the URL to, makes of it.
 		wantAddr, wantUser string
 		wantDB             int
 		wantTLS            bool
+		wantCluster        bool
 	}{
 		"plain": {
-			wantState: "--state=redis://redis.fleet:6379/0",
-			wantAddr:  "redis.fleet:6379",
+			wantArgs: []string{"--state=redis://redis.fleet:6379/0"},
+			wantAddr: "redis.fleet:6379",
 		},
 		"TLS, user and database": {
-			set:       []string{"redis.tls.enabled=true", "redis.username=tiergate", "redis.db=4"},
-			wantState: "--state=rediss://tiergate@redis.fleet:6379/4",
-			wantAddr:  "redis.fleet:6379", wantUser: "tiergate", wantDB: 4, wantTLS: true,
+			set:      []string{"redis.tls.enabled=true", "redis.username=tiergate", "redis.db=4"},
+			wantArgs: []string{"--state=rediss://tiergate@redis.fleet:6379/4"},
+			wantAddr: "redis.fleet:6379", wantUser: "tiergate", wantDB: 4, wantTLS: true,
 		},
 		"password from a Secret": {
-			set:        []string{"redis.passwordSecret.name=redis-auth", "redis.passwordSecret.key=pw"},
-			wantState:  "--state=redis://redis.fleet:6379/0",
-			wantSecret: map[string]any{"secretName": "redis-auth", "defaultMode": 0o440, "items": []any{map[string]any{"key": "pw", "path": "password"}}},
-			wantAddr:   "redis.fleet:6379",
+			set:         []string{"redis.passwordSecret.name=redis-auth", "redis.passwordSecret.key=pw"},
+			wantArgs:    []string{"--state=redis://redis.fleet:6379/0", "--redis-password-file=/var/run/tiergate/redis/password"},
+			wantVolumes: []any{passwordVol}, wantMounts: []any{passwordMount},
+			wantAddr: "redis.fleet:6379",
+		},
+		"Redis Cluster": {
+			set:         []string{"redis.cluster=true"},
+			wantArgs:    []string{"--state=redis://redis.fleet:6379/0?cluster=true"},
+			wantAddr:    "redis.fleet:6379",
+			wantCluster: true,
+		},
+		"private CA, password and cluster over TLS": {
+			set: []string{"redis.cluster=true", "redis.tls.enabled=true", "redis.tls.caSecret.name=redis-ca", "redis.tls.caSecret.key=ca.pem",
+				"redis.passwordSecret.name=redis-auth", "redis.passwordSecret.key=pw"},
+			wantArgs: []string{"--state=rediss://redis.fleet:6379/0?cluster=true",
+				"--redis-password-file=/var/run/tiergate/redis/password", "--redis-ca-file=/var/run/tiergate/redis-ca/ca.crt"},
+			wantVolumes: []any{passwordVol, caVol}, wantMounts: []any{passwordMount, caMount},
+			wantAddr: "redis.fleet:6379", wantTLS: true, wantCluster: true,
+		},
+		"lease TTL and renewal interval": {
+			set:      []string{"redis.leaseTTLSeconds=30"},
+			setJSON:  []string{"redis.renewIntervalSeconds=2.5"},
+			wantArgs: []string{"--state=redis://redis.fleet:6379/0", "--state-lease-ttl=30s", "--state-renew-interval=2.5s"},
+			wantAddr: "redis.fleet:6379",
+		},
+		"sub-second lease": {
+			setJSON:  []string{"redis.leaseTTLSeconds=0.5", "redis.renewIntervalSeconds=0.25"},
+			wantArgs: []string{"--state=redis://redis.fleet:6379/0", "--state-lease-ttl=0.5s", "--state-renew-interval=0.25s"},
+			wantAddr: "redis.fleet:6379",
+		},
+		"renewal interval alone, within the default TTL": {
+			set:      []string{"redis.renewIntervalSeconds=5"},
+			wantArgs: []string{"--state=redis://redis.fleet:6379/0", "--state-renew-interval=5s"},
+			wantAddr: "redis.fleet:6379",
 		},
 		"settings ignored while disabled": {
-			set:       []string{"redis.enabled=false", "redis.passwordSecret.name=redis-auth", "redis.tls.enabled=true"},
-			wantState: "--state=local",
+			set: []string{"redis.enabled=false", "redis.passwordSecret.name=redis-auth", "redis.tls.enabled=true",
+				"redis.cluster=true", "redis.db=3", "redis.tls.caSecret.name=redis-ca", "redis.leaseTTLSeconds=30", "redis.renewIntervalSeconds=20"},
+			wantArgs: []string{"--state=local"},
 		},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			d := find(t, render(t, "--set", strings.Join(append(append([]string{}, base...), tc.set...), ",")), "Deployment", "tiergate-dispatcher")
+			flags := []string{"--set", strings.Join(append(append([]string{}, base...), tc.set...), ",")}
+			for _, j := range tc.setJSON {
+				flags = append(flags, "--set-json", j)
+			}
+			d := find(t, render(t, flags...), "Deployment", "tiergate-dispatcher")
 			c := container(t, d)
 			var args []string
 			for _, a := range c["args"].([]any) {
 				args = append(args, a.(string))
 			}
-			want := []string{
+			want := append([]string{
 				"dispatcher", "--listen=:8080", "--admin-listen=:9090",
-				"--admin-token-file=/var/run/tiergate/push-token/token", "--drain-timeout=30s", tc.wantState,
-			}
-			wantMounts := []any{tokenMount}
-			vols := field[[]any](t, d, "spec", "template", "spec", "volumes")
-			if tc.wantSecret != nil {
-				want = append(want, "--redis-password-file=/var/run/tiergate/redis/password")
-				wantMounts = append(wantMounts, map[string]any{"name": "redis-password", "mountPath": "/var/run/tiergate/redis", "readOnly": true})
-				if len(vols) != 2 {
-					t.Fatalf("volumes = %v, want the token and the password", vols)
-				}
-				if diff := cmp.Diff(toYAMLValue(t, map[string]any{"name": "redis-password", "secret": tc.wantSecret}), vols[1]); diff != "" {
-					t.Errorf("password volume (-want +got):\n%s", diff)
-				}
-			} else if len(vols) != 1 {
-				t.Errorf("volumes = %v, want the token only", vols)
-			}
+				"--admin-token-file=/var/run/tiergate/push-token/token", "--drain-timeout=30s",
+			}, tc.wantArgs...)
 			if diff := cmp.Diff(want, args); diff != "" {
 				t.Errorf("args (-want +got):\n%s", diff)
 			}
-			if diff := cmp.Diff(toYAMLValue(t, wantMounts), c["volumeMounts"]); diff != "" {
+			vols := field[[]any](t, d, "spec", "template", "spec", "volumes")
+			if len(vols) == 0 {
+				t.Fatal("no volumes")
+			}
+			if diff := cmp.Diff(toYAMLValue(t, append([]any{}, tc.wantVolumes...)), vols[1:]); diff != "" {
+				t.Errorf("volumes after the token's (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(toYAMLValue(t, append([]any{tokenMount}, tc.wantMounts...)), c["volumeMounts"]); diff != "" {
 				t.Errorf("volumeMounts (-want +got):\n%s", diff)
 			}
-			if url := strings.TrimPrefix(tc.wantState, "--state="); url != "local" {
-				o, err := redis.ParseURL(url)
-				if err != nil {
-					t.Fatalf("go-redis cannot parse %q: %v", url, err)
+			if url := strings.TrimPrefix(tc.wantArgs[0], "--state="); url != "local" {
+				var got string
+				if u, isCluster := strings.CutSuffix(url, "?cluster=true"); isCluster {
+					// The dispatcher drops its own parameter before go-redis
+					// parses the rest.
+					o, err := redis.ParseClusterURL(u)
+					if err != nil {
+						t.Fatalf("go-redis cannot parse %q as a cluster URL: %v", u, err)
+					}
+					got = fmt.Sprintf("cluster %v addr %s user %q db 0 tls %v password %q", true, strings.Join(o.Addrs, ","), o.Username, o.TLSConfig != nil, o.Password)
+				} else {
+					o, err := redis.ParseURL(url)
+					if err != nil {
+						t.Fatalf("go-redis cannot parse %q: %v", url, err)
+					}
+					got = fmt.Sprintf("cluster %v addr %s user %q db %d tls %v password %q", false, o.Addr, o.Username, o.DB, o.TLSConfig != nil, o.Password)
 				}
-				got := fmt.Sprintf("addr %s user %q db %d tls %v password %q", o.Addr, o.Username, o.DB, o.TLSConfig != nil, o.Password)
-				want := fmt.Sprintf("addr %s user %q db %d tls %v password %q", tc.wantAddr, tc.wantUser, tc.wantDB, tc.wantTLS, "")
+				want := fmt.Sprintf("cluster %v addr %s user %q db %d tls %v password %q", tc.wantCluster, tc.wantAddr, tc.wantUser, tc.wantDB, tc.wantTLS, "")
 				if got != want {
 					t.Errorf("go-redis reads %q as %s, want %s", url, got, want)
 				}
 			}
 			for _, a := range args {
-				if strings.Contains(a, "redis-auth") {
-					t.Errorf("an argument names the password Secret: %q", a)
+				if strings.Contains(a, "redis-auth") || strings.Contains(a, "=redis-ca") {
+					t.Errorf("an argument names a Secret: %q", a)
 				}
 			}
 		})
@@ -418,8 +467,8 @@ func TestBadValues(t *testing.T) {
 	const failAt = "Error: execution error at (tiergate/templates/dispatcher-deployment.yaml:1:4): "
 	const schema = "Error: values don't meet the specifications of the schema(s) in the following chart(s):\ntiergate:\n"
 	tests := map[string]struct {
-		set  string
-		want string // the whole error, up to helm's --debug hint
+		set, setJSON string
+		want         string // the whole error, up to helm's --debug hint
 	}{
 		"grace period not above preStop + drain": {
 			set:  "dispatcher.terminationGracePeriodSeconds=35",
@@ -440,6 +489,39 @@ func TestBadValues(t *testing.T) {
 		"redis without an address": {
 			set:  "redis.enabled=true",
 			want: failAt + "redis.address is required when redis.enabled is true",
+		},
+		"redis cluster with a database": {
+			set:  "redis.enabled=true,redis.address=r:6379,redis.cluster=true,redis.db=2",
+			want: failAt + "redis.db (2) must be 0 with redis.cluster: Redis Cluster has only database 0",
+		},
+		"redis CA without TLS": {
+			set:  "redis.enabled=true,redis.address=r:6379,redis.tls.caSecret.name=ca",
+			want: failAt + "redis.tls.caSecret needs redis.tls.enabled: the dispatcher uses the CA only for rediss://",
+		},
+		"redis renewal over half the default TTL": {
+			set:  "redis.enabled=true,redis.address=r:6379,redis.renewIntervalSeconds=6",
+			want: failAt + "redis.renewIntervalSeconds (6) must be at most half the lease TTL (10s)",
+		},
+		"redis renewal over half the TTL": {
+			set:  "redis.enabled=true,redis.address=r:6379,redis.leaseTTLSeconds=4,redis.renewIntervalSeconds=3",
+			want: failAt + "redis.renewIntervalSeconds (3) must be at most half the lease TTL (4s)",
+		},
+		"redis lease under 100ms": {
+			set:     "redis.enabled=true,redis.address=r:6379",
+			setJSON: "redis.leaseTTLSeconds=0.05",
+			want:    failAt + "redis.leaseTTLSeconds (0.05) must be at least 0.1, or 0 for the dispatcher's default",
+		},
+		"redis lease as a duration string": {
+			set:  "redis.enabled=true,redis.address=r:6379,redis.leaseTTLSeconds=10s",
+			want: schema + "- at '/redis/leaseTTLSeconds': got string, want number",
+		},
+		"redis lease over an hour": {
+			set:  "redis.leaseTTLSeconds=3601",
+			want: schema + "- at '/redis/leaseTTLSeconds': maximum: got 3,601, want 3,600",
+		},
+		"redis CA key empty": {
+			set:  "redis.tls.caSecret.key=",
+			want: schema + "- at '/redis/tls/caSecret/key': minLength: got 0, want 1",
 		},
 		"no controller and no controller peer": {
 			set:  "controller.enabled=false,pushToken.existingSecret=x",
@@ -496,7 +578,11 @@ func TestBadValues(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			r := run(t, nil, helmBin, templateArgs("--set", tc.set)...)
+			flags := []string{"--set", tc.set}
+			if tc.setJSON != "" {
+				flags = append(flags, "--set-json", tc.setJSON)
+			}
+			r := run(t, nil, helmBin, templateArgs(flags...)...)
 			if r.err == nil || !exitErr(r.err) {
 				t.Fatalf("helm template --set %s succeeded:\n%s", tc.set, r)
 			}

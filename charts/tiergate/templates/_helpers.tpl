@@ -108,12 +108,14 @@ app.kubernetes.io/component: dispatcher
 {{- $user := "" }}
 {{- if .Values.redis.username }}{{ $user = printf "%s@" (.Values.redis.username | urlquery) }}{{ end }}
 {{- printf "%s://%s%s/%d" (ternary "rediss" "redis" .Values.redis.tls.enabled) $user .Values.redis.address (int .Values.redis.db) }}
+{{- if .Values.redis.cluster }}?cluster=true{{ end }}
 {{- else }}
 {{- print "local" }}
 {{- end }}
 {{- end }}
 
 {{- define "tiergate.redis.passwordDir" -}}/var/run/tiergate/redis{{- end }}
+{{- define "tiergate.redis.caDir" -}}/var/run/tiergate/redis-ca{{- end }}
 
 {{/* Cross-field checks the schema cannot express. */}}
 {{- define "tiergate.validate" -}}
@@ -132,6 +134,24 @@ app.kubernetes.io/component: dispatcher
 {{- end }}
 {{- if and .Values.redis.enabled (not .Values.redis.address) }}
 {{- fail "redis.address is required when redis.enabled is true" }}
+{{- end }}
+{{- if .Values.redis.enabled }}
+{{- $rd := .Values.redis }}
+{{- if and $rd.cluster (ne (int $rd.db) 0) }}
+{{- fail (printf "redis.db (%d) must be 0 with redis.cluster: Redis Cluster has only database 0" (int $rd.db)) }}
+{{- end }}
+{{- if and $rd.tls.caSecret.name (not $rd.tls.enabled) }}
+{{- fail "redis.tls.caSecret needs redis.tls.enabled: the dispatcher uses the CA only for rediss://" }}
+{{- end }}
+{{- /* The dispatcher refuses a TTL under 100ms and a renewal interval over half the TTL (default 10s). */}}
+{{- $ttl := float64 $rd.leaseTTLSeconds }}
+{{- if and (gt $ttl 0.0) (lt $ttl 0.1) }}
+{{- fail (printf "redis.leaseTTLSeconds (%v) must be at least 0.1, or 0 for the dispatcher's default" $rd.leaseTTLSeconds) }}
+{{- end }}
+{{- if eq $ttl 0.0 }}{{ $ttl = 10.0 }}{{ end }}
+{{- if gt (mulf (float64 $rd.renewIntervalSeconds) 2) $ttl }}
+{{- fail (printf "redis.renewIntervalSeconds (%v) must be at most half the lease TTL (%vs)" $rd.renewIntervalSeconds $ttl) }}
+{{- end }}
 {{- end }}
 {{- if and (not .Values.controller.enabled) .Values.networkPolicy.enabled (not .Values.networkPolicy.controllerPeer) }}
 {{- fail "networkPolicy.controllerPeer is required when controller.enabled is false: otherwise no controller could push policies to these dispatchers" }}
