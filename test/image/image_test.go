@@ -24,6 +24,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 	"github.com/google/go-containerregistry/pkg/v1/validate"
+
+	"github.com/tiergate/tiergate/internal/testutil"
 )
 
 // The build every test inspects: fixed inputs so the labels and times are
@@ -65,10 +67,8 @@ func runMain(m *testing.M) int {
 	}
 	defer os.RemoveAll(workDir)
 	toolPath = filepath.Join(workDir, "image-tool")
-	build := exec.Command("go", "build", "-o", toolPath, "./hack/image")
-	build.Dir = repoRoot
-	if out, err := build.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "building hack/image: %v\n%s", err, out)
+	if err := testutil.BuildBinary(repoRoot, toolPath, "./hack/image", testutil.BuildOptions{}); err != nil {
+		fmt.Fprintln(os.Stderr, "building hack/image:", err)
 		return 1
 	}
 	return m.Run()
@@ -83,12 +83,8 @@ func runTool(t *testing.T, env []string, args ...string) (stdout, stderr string,
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	err := cmd.Run()
-	var exit *exec.ExitError
-	switch {
-	case err == nil:
-	case errors.As(err, &exit):
-		code = exit.ExitCode()
-	default:
+	code, ok := testutil.ExitCode(err)
+	if !ok {
 		t.Fatalf("running hack/image: %v", err)
 	}
 	return out.String(), errOut.String(), code
@@ -453,11 +449,8 @@ func TestBinaryAnswers(t *testing.T) {
 			var out, errOut bytes.Buffer
 			cmd.Stdout, cmd.Stderr = &out, &errOut
 			err := cmd.Run()
-			code := 0
-			var exit *exec.ExitError
-			if errors.As(err, &exit) {
-				code = exit.ExitCode()
-			} else if err != nil {
+			code, ok := testutil.ExitCode(err)
+			if !ok {
 				t.Fatal(err)
 			}
 			if code != tc.wantCode {
