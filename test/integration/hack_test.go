@@ -13,6 +13,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"k8s.io/client-go/discovery"
+
+	"github.com/tiergate/tiergate/internal/testutil"
 )
 
 // script runs a file of hack/ (or any command) from the module root, or
@@ -29,12 +31,8 @@ func script(t *testing.T, dir string, argv ...string) (stdout, stderr string, co
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
-	var exitErr *exec.ExitError
-	switch {
-	case err == nil:
-	case errors.As(err, &exitErr):
-		code = exitErr.ExitCode()
-	default:
+	code, ok := testutil.ExitCode(err)
+	if !ok {
 		t.Fatalf("%s: %v", strings.Join(argv, " "), err)
 	}
 	return out.String(), errb.String(), code

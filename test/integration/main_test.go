@@ -22,6 +22,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	tiergatev1alpha1 "github.com/tiergate/tiergate/api/v1alpha1"
+	"github.com/tiergate/tiergate/internal/testutil"
+	"github.com/tiergate/tiergate/internal/testutil/controlplane"
 )
 
 // Shared by every test of the package; set up once in TestMain.
@@ -57,24 +59,15 @@ func run(m *testing.M) int {
 // setUp finds the control-plane binaries, starts the API server with the
 // CRDs of config/crd/bases installed, and writes a kubeconfig for kubectl.
 func setUp() error {
-	root, err := filepath.Abs(filepath.Join("..", ".."))
+	root, err := testutil.ModuleRoot()
 	if err != nil {
 		return err
 	}
-	if _, err := os.Stat(filepath.Join(root, "go.mod")); err != nil {
-		return fmt.Errorf("module root not found at %s: %w", root, err)
-	}
 	repoRoot = root
 
-	assets := os.Getenv("KUBEBUILDER_ASSETS")
-	if assets == "" {
-		assets = filepath.Join(root, "bin", "k8s")
-	}
-	for _, name := range []string{"kube-apiserver", "etcd", "kubectl"} {
-		p := filepath.Join(assets, name)
-		if fi, err := os.Stat(p); err != nil || fi.IsDir() || fi.Mode()&0o111 == 0 {
-			return fmt.Errorf("control-plane binary %s is missing or not executable (KUBEBUILDER_ASSETS=%q); run `make tools` first", p, os.Getenv("KUBEBUILDER_ASSETS"))
-		}
+	assets, err := controlplane.Assets(root)
+	if err != nil {
+		return err
 	}
 	kubectlBin = filepath.Join(assets, "kubectl")
 
@@ -89,16 +82,11 @@ func setUp() error {
 		}
 	}
 
-	testEnv = &envtest.Environment{
-		Scheme:                scheme,
-		CRDDirectoryPaths:     []string{filepath.Join(root, "config", "crd", "bases")},
-		ErrorIfCRDPathMissing: true,
-		BinaryAssetsDirectory: assets,
-	}
-	cfg, err := testEnv.Start()
+	env, cfg, err := controlplane.Start(root, assets, scheme)
 	if err != nil {
-		return fmt.Errorf("starting kube-apiserver and etcd from %s: %w", assets, err)
+		return err
 	}
+	testEnv = env
 	started := false
 	defer func() {
 		if !started {
@@ -116,7 +104,7 @@ func setUp() error {
 		return err
 	}
 	kubeconfig = filepath.Join(tmpDir, "kubeconfig")
-	if err := os.WriteFile(kubeconfig, testEnv.KubeConfig, 0o600); err != nil {
+	if err := controlplane.WriteKubeconfig(testEnv, nil, kubeconfig); err != nil {
 		return err
 	}
 	started = true
