@@ -28,6 +28,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tiergate/tiergate/internal/testutil"
 )
 
 // Server is one redis-server process.
@@ -39,8 +41,7 @@ type Server struct {
 	dir     string
 	port    int
 	extra   []string
-	cmd     *exec.Cmd
-	done    chan struct{}
+	proc    *testutil.Process
 	logPath string
 }
 
@@ -137,12 +138,7 @@ func (s *Server) waitClusterOK(password string, n int) {
 // FreePort returns a loopback TCP port that was free a moment ago.
 func FreePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("free port: %v", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return testutil.FreePort(t, "127.0.0.1")
 }
 
 func (s *Server) start() {
@@ -161,13 +157,11 @@ func (s *Server) start() {
 		"--logfile", s.logPath,
 		"--daemonize", "no",
 	), s.extra...)
-	cmd := exec.Command("redis-server", args...)
-	if err := cmd.Start(); err != nil {
+	p, err := testutil.Start(exec.Command("redis-server", args...))
+	if err != nil {
 		s.t.Fatalf("start redis-server: %v", err)
 	}
-	s.cmd = cmd
-	s.done = make(chan struct{})
-	go func() { _ = cmd.Wait(); close(s.done) }()
+	s.proc = p
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		c, err := net.DialTimeout("tcp", s.Addr(), 100*time.Millisecond)
@@ -188,10 +182,8 @@ func (s *Server) start() {
 				return
 			}
 		}
-		select {
-		case <-s.done:
+		if p.Exited() {
 			s.t.Fatalf("redis-server on port %d exited at start; log:\n%s", s.port, s.Log())
-		default:
 		}
 		if time.Now().After(deadline) {
 			s.t.Fatalf("redis-server on port %d did not answer within 10s; log:\n%s", s.port, s.Log())
@@ -284,31 +276,15 @@ func (s *Server) Log() string {
 }
 
 // Running reports whether the process is alive.
-func (s *Server) Running() bool {
-	if s.cmd == nil {
-		return false
-	}
-	select {
-	case <-s.done:
-		return false
-	default:
-		return true
-	}
-}
+func (s *Server) Running() bool { return s.proc != nil && !s.proc.Exited() }
 
-// Stop ends the server (SIGTERM, then SIGKILL after 5s). Idempotent.
+// Stop ends the server (SIGINT, then SIGKILL after 5s). Idempotent.
 func (s *Server) Stop() {
 	if !s.Running() {
 		return
 	}
-	s.Resume() // a paused server would not see SIGTERM
-	_ = s.cmd.Process.Signal(os.Interrupt)
-	select {
-	case <-s.done:
-	case <-time.After(5 * time.Second):
-		_ = s.cmd.Process.Kill()
-		<-s.done
-	}
+	s.Resume() // a paused server would not see SIGINT
+	s.proc.Terminate(os.Interrupt, 5*time.Second)
 }
 
 // Kill ends the server with SIGKILL, like a crash. Its data is gone, since
@@ -317,16 +293,15 @@ func (s *Server) Kill() {
 	if !s.Running() {
 		return
 	}
-	_ = s.cmd.Process.Kill()
-	<-s.done
+	s.proc.Kill()
 }
 
 // Pause freezes the server (SIGSTOP): connections stay open and nothing
 // answers, like a hung or partitioned server. Resume undoes it.
-func (s *Server) Pause() { _ = s.cmd.Process.Signal(syscall.SIGSTOP) }
+func (s *Server) Pause() { _ = s.proc.Signal(syscall.SIGSTOP) }
 
 // Resume continues a paused server (SIGCONT).
-func (s *Server) Resume() { _ = s.cmd.Process.Signal(syscall.SIGCONT) }
+func (s *Server) Resume() { _ = s.proc.Signal(syscall.SIGCONT) }
 
 // Restart starts a fresh, empty server on the same port after Stop or Kill.
 func (s *Server) Restart() {
