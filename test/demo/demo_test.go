@@ -102,7 +102,7 @@ func TestShortDemo(t *testing.T) {
 	}
 	t.Logf("the short demo took %s", time.Since(start).Round(time.Second))
 	waitNoSurvivors(t, r, processesStarted)
-	out := r.out.String()
+	out := r.Output()
 
 	// The live table, refreshed every second through the load and grace.
 	if n := strings.Count(out, "tiergate demo  "); n < 28 {
@@ -283,16 +283,16 @@ func TestInterruptCleansUp(t *testing.T) {
 	r.waitOutput(t, "load running for 2m0s", 3*time.Minute)
 	r.waitOutput(t, "tiergate demo  00:03", 30*time.Second)
 	sent := time.Now()
-	if err := syscall.Kill(-r.cmd.Process.Pid, syscall.SIGINT); err != nil {
+	if err := syscall.Kill(-r.Pid(), syscall.SIGINT); err != nil {
 		t.Fatal(err)
 	}
 	// go run reports the demo's exit status 130 as its own exit status 1.
-	if code := r.wait(t, time.Minute); code != 1 || !strings.Contains(r.out.String(), "exit status 130") {
+	if code := r.wait(t, time.Minute); code != 1 || !strings.Contains(r.Output(), "exit status 130") {
 		t.Errorf("go run exited with %d after SIGINT, want 1 after the demo's exit status 130", code)
 	}
 	t.Logf("stopped %s after SIGINT", time.Since(sent).Round(100*time.Millisecond))
 	waitNoSurvivors(t, r, processesStarted)
-	out := r.out.String()
+	out := r.Output()
 	for _, want := range []string{"interrupt: stopping everything the demo started", "interrupted; everything the demo started is stopped",
 		fmt.Sprintf("all %d processes stopped; none left", processesStarted)} {
 		if !strings.Contains(out, want) {

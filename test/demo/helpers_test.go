@@ -1,7 +1,6 @@
 package demo
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,10 +9,12 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tiergate/tiergate/internal/testutil"
+	"github.com/tiergate/tiergate/internal/testutil/controlplane"
 )
 
 var (
@@ -32,34 +33,22 @@ func TestMain(m *testing.M) {
 }
 
 func setUp() (func(*testing.M) int, error) {
-	root, err := filepath.Abs(filepath.Join("..", ".."))
+	root, err := testutil.ModuleRoot()
 	if err != nil {
 		return nil, err
 	}
-	if _, err := os.Stat(filepath.Join(root, "go.mod")); err != nil {
-		return nil, fmt.Errorf("module root not found at %s: %w", root, err)
-	}
 	repoRoot = root
-	k8sBin = os.Getenv("KUBEBUILDER_ASSETS")
-	if k8sBin == "" {
-		k8sBin = filepath.Join(root, "bin", "k8s")
-	}
-	for _, name := range []string{"kube-apiserver", "etcd", "kubectl"} {
-		if fi, err := os.Stat(filepath.Join(k8sBin, name)); err != nil || fi.Mode()&0o111 == 0 {
-			return nil, fmt.Errorf("%s is missing or not executable; run `make tools` first", filepath.Join(k8sBin, name))
-		}
+	if k8sBin, err = controlplane.Assets(root); err != nil {
+		return nil, err
 	}
 	dir, err := os.MkdirTemp("", "tiergate-demo-test-")
 	if err != nil {
 		return nil, err
 	}
 	demoBin = filepath.Join(dir, "demo")
-	cmd := exec.Command("go", "build", "-o", demoBin, "./hack/demo")
-	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "GOWORK=off")
-	if out, err := cmd.CombinedOutput(); err != nil {
+	if err := testutil.BuildBinary(root, demoBin, "./hack/demo", testutil.BuildOptions{Env: []string{"GOWORK=off"}}); err != nil {
 		os.RemoveAll(dir)
-		return nil, fmt.Errorf("go build ./hack/demo: %w\n%s", err, out)
+		return nil, err
 	}
 	return func(m *testing.M) int {
 		defer os.RemoveAll(dir)
@@ -67,31 +56,10 @@ func setUp() (func(*testing.M) int, error) {
 	}, nil
 }
 
-// lockedBuffer collects a process's output.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // demoRun is one demo process, in its own process group as a shell's
 // foreground job is.
 type demoRun struct {
-	cmd     *exec.Cmd
-	out     *lockedBuffer
-	done    chan struct{}
-	err     error
+	*testutil.Process
 	work    string
 	report  string
 	pidFile string
@@ -103,30 +71,25 @@ type demoRun struct {
 func startDemo(t *testing.T, duration string, goRun bool) *demoRun {
 	t.Helper()
 	dir := t.TempDir()
-	r := &demoRun{out: &lockedBuffer{}, done: make(chan struct{}),
-		work: filepath.Join(dir, "work"), report: filepath.Join(dir, "demo-report"), pidFile: filepath.Join(dir, "pids.json")}
+	r := &demoRun{work: filepath.Join(dir, "work"), report: filepath.Join(dir, "demo-report"), pidFile: filepath.Join(dir, "pids.json")}
 	args := []string{"--duration", duration, "--report", r.report, "--workdir", r.work,
 		"--pid-file", r.pidFile, "--root", repoRoot, "--k8s-bin", k8sBin}
+	var cmd *exec.Cmd
 	if goRun {
-		r.cmd = exec.Command("go", append([]string{"run", "./hack/demo"}, args...)...)
-		r.cmd.Env = append(os.Environ(), "GOWORK=off")
+		cmd = exec.Command("go", append([]string{"run", "./hack/demo"}, args...)...)
+		cmd.Env = append(os.Environ(), "GOWORK=off")
 	} else {
-		r.cmd = exec.Command(demoBin, args...)
+		cmd = exec.Command(demoBin, args...)
 	}
-	r.cmd.Dir = repoRoot
-	r.cmd.Stdout, r.cmd.Stderr = r.out, r.out
-	r.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := r.cmd.Start(); err != nil {
+	cmd.Dir = repoRoot
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	p, err := testutil.Start(cmd)
+	if err != nil {
 		t.Fatal(err)
 	}
-	go func() { r.err = r.cmd.Wait(); close(r.done) }()
+	r.Process = p
 	t.Cleanup(func() {
-		select {
-		case <-r.done:
-		default:
-			_ = syscall.Kill(-r.cmd.Process.Pid, syscall.SIGKILL)
-			<-r.done
-		}
+		r.KillGroup()
 		// Whatever the test found, leave nothing running.
 		for _, p := range readPIDFile(t, r.pidFile).Processes {
 			if processAlive(p.PID, p.Cmdline) {
@@ -140,7 +103,7 @@ func startDemo(t *testing.T, duration string, goRun bool) *demoRun {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
 		if t.Failed() {
-			t.Logf("--- demo output (last 12 KiB) ---\n%s", lastBytes(r.out.String(), 12<<10))
+			t.Logf("--- demo output (last 12 KiB) ---\n%s", testutil.LastBytes(r.Output(), 12<<10))
 		}
 	})
 	return r
@@ -149,34 +112,25 @@ func startDemo(t *testing.T, duration string, goRun bool) *demoRun {
 // wait waits for the demo to exit and returns its exit code.
 func (r *demoRun) wait(t *testing.T, timeout time.Duration) int {
 	t.Helper()
-	select {
-	case <-r.done:
-	case <-time.After(timeout):
-		_ = syscall.Kill(-r.cmd.Process.Pid, syscall.SIGKILL)
-		<-r.done
+	exited, err := r.Wait(timeout)
+	if !exited {
+		r.KillGroup()
 		t.Fatalf("the demo did not exit within %s", timeout)
 	}
-	var ee *exec.ExitError
-	switch {
-	case r.err == nil:
-		return 0
-	case errors.As(r.err, &ee):
-		return ee.ExitCode()
-	default:
-		t.Fatalf("waiting for the demo: %v", r.err)
-		return -1
+	code, ok := testutil.ExitCode(err)
+	if !ok {
+		t.Fatalf("waiting for the demo: %v", err)
 	}
+	return code
 }
 
 // waitOutput waits until the demo printed s.
 func (r *demoRun) waitOutput(t *testing.T, s string, timeout time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
-	for !strings.Contains(r.out.String(), s) {
-		select {
-		case <-r.done:
-			t.Fatalf("the demo exited (%v) before printing %q", r.err, s)
-		default:
+	for !strings.Contains(r.Output(), s) {
+		if r.Exited() {
+			t.Fatalf("the demo exited (%v) before printing %q", r.Err(), s)
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("the demo did not print %q within %s", s, timeout)
@@ -339,11 +293,4 @@ func pidsMentioning(marker string) []int {
 		}
 	}
 	return out
-}
-
-func lastBytes(s string, n int) string {
-	if len(s) > n {
-		return s[len(s)-n:]
-	}
-	return s
 }
