@@ -34,7 +34,9 @@ status=0
 for p in "${pkgs[@]}"; do
 	# One line per package of the closure: the package, then its imports.
 	edges=$(go list -deps -f '{{.ImportPath}} {{join .Imports " "}}' "$p")
-	if ! cut -d' ' -f1 <<<"$edges" | grep -Eq "$forbidden"; then
+	# grep reads all its input (no -q): under pipefail, -q's early exit can
+	# kill cut with SIGPIPE and turn a violation into "ok".
+	if ! cut -d' ' -f1 <<<"$edges" | grep -E "$forbidden" >/dev/null; then
 		echo "check-imports: $p ok"
 		continue
 	fi
