@@ -289,6 +289,10 @@ func TestStartTCleanup(t *testing.T) {
 		wantSig  syscall.Signal
 		wantErrs []string
 		wantLog  string // "" means nothing logged
+		// printed is all the script writes before it sleeps ("" means
+		// "ready\n"); cleanup waits for it, since a line written after
+		// "ready" (stderr especially) may not be captured yet.
+		printed string
 	}{
 		"grace: SIGTERM": {
 			script: "echo ready; exec sleep 30", opts: Options{Name: "sleeper", Grace: 10 * time.Second},
@@ -306,16 +310,19 @@ func TestStartTCleanup(t *testing.T) {
 			script: "echo ready; echo '" + RaceWarning + "' >&2; exec sleep 30", opts: Options{Name: "racy", Grace: 10 * time.Second},
 			wantSig: syscall.SIGTERM, wantErrs: []string{"racy reported a data race"},
 			wantLog: "--- output of racy ---\nready\n" + RaceWarning + "\n",
+			printed: "ready\n" + RaceWarning + "\n",
 		},
 		"a failed test logs the output": {
 			script: "echo ready; echo 0123456789; exec sleep 30", opts: Options{Name: "chatty", Grace: 10 * time.Second},
 			failTest: true, wantSig: syscall.SIGTERM, wantErrs: []string{"the test failed"},
 			wantLog: "--- output of chatty ---\nready\n0123456789\n",
+			printed: "ready\n0123456789\n",
 		},
 		"LogBytes keeps the end": {
 			script: "echo ready; echo 0123456789; exec sleep 30", opts: Options{Name: "chatty", Grace: 10 * time.Second, LogBytes: 5},
 			failTest: true, wantSig: syscall.SIGTERM, wantErrs: []string{"the test failed"},
 			wantLog: "--- output of chatty ---\n6789\n",
+			printed: "ready\n0123456789\n",
 		},
 	}
 	for name, tc := range tests {
@@ -327,9 +334,13 @@ func TestStartTCleanup(t *testing.T) {
 				t.Fatalf("StartT failed: %q", r.errs)
 			}
 			t.Cleanup(p.Kill)
-			Eventually(t, 5*time.Second, "ready", func() error {
-				if !strings.HasPrefix(p.Output(), "ready") {
-					return errors.New("not yet")
+			printed := tc.printed
+			if printed == "" {
+				printed = "ready\n"
+			}
+			Eventually(t, 5*time.Second, "the script's output", func() error {
+				if got := p.Output(); got != printed {
+					return fmt.Errorf("output so far %q, want %q", got, printed)
 				}
 				return nil
 			})
