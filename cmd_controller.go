@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -49,15 +48,8 @@ func runController(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "Usage: tiergate controller [flags]\n\nReconciles ModelPools, ServiceTiers and TenantQuotas and pushes each\ndispatcher pod its policy.\n\nFlags:")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "tiergate controller: unexpected arguments %q\n", fs.Args())
-		return 2
+	if code, done := parseFlags(fs, args, stderr, ""); done {
+		return code
 	}
 	if *qps <= 0 || *burst <= 0 {
 		fmt.Fprintf(stderr, "tiergate controller: --kube-api-qps (%v) and --kube-api-burst (%d) must be positive\n", *qps, *burst)

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -48,15 +47,8 @@ func runDispatcher(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "Usage: tiergate dispatcher [flags]\n\nServes the tiered, ageing, bounded queue in front of a model pool.\n\nFlags:")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "tiergate dispatcher: unexpected arguments %q\n", fs.Args())
-		return 2
+	if code, done := parseFlags(fs, args, stderr, ""); done {
+		return code
 	}
 	log, err := newLogger(stderr, *logFormat, *verbosity)
 	if err != nil {

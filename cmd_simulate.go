@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -49,7 +48,7 @@ func (s *seedFlag) Set(v string) error {
 }
 
 func runSimulate(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("simulate", flag.ContinueOnError)
+	fs := flag.NewFlagSet("tiergate simulate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var files fileList
 	var seed seedFlag
@@ -62,15 +61,8 @@ func runSimulate(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "\nRuns the pool's tiers, with the controller's bounds and the real dispatcher queue, against the Load in simulated time.")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "tiergate simulate: unexpected argument %q (files go after -f)\n", fs.Arg(0))
-		return 2
+	if code, done := parseFlags(fs, args, stderr, " (files go after -f)"); done {
+		return code
 	}
 	if len(files) == 0 {
 		fmt.Fprintln(stderr, "tiergate simulate: no input: pass the pool, tiers, quotas and Load with -f")

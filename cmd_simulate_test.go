@@ -28,7 +28,7 @@ func TestSimulateCommandErrors(t *testing.T) {
 		"positional file": {
 			args:       []string{smallExample},
 			wantCode:   2,
-			wantStderr: `tiergate simulate: unexpected argument "examples/simulate/small.yaml" (files go after -f)`,
+			wantStderr: `tiergate simulate: unexpected arguments ["examples/simulate/small.yaml"] (files go after -f)`,
 		},
 		"bad seed": {
 			args:       []string{"-f", smallExample, "--seed", "-1"},

@@ -4,6 +4,8 @@
 package main
 
 import (
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -61,4 +63,21 @@ func usage(w io.Writer) {
 		fmt.Fprintf(w, "  %-12s %s\n", n, subcommands[n].summary)
 	}
 	fmt.Fprintln(w, "\nRun 'tiergate <command> --help' for a command's flags.")
+}
+
+// parseFlags parses a subcommand's flags. When done is true the command ends
+// at once with code: 0 after --help, 2 after a bad flag (the flag package has
+// said why) or a positional argument; hint follows that message.
+func parseFlags(fs *flag.FlagSet, args []string, stderr io.Writer, hint string) (code int, done bool) {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0, true
+		}
+		return 2, true
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "%s: unexpected arguments %q%s\n", fs.Name(), fs.Args(), hint)
+		return 2, true
+	}
+	return 0, false
 }
