@@ -72,7 +72,6 @@ func checkRefusal(t *testing.T, got result, want wantRefusal) {
 // cause in tiergate_rejections_total.
 func TestRefusals(t *testing.T) {
 	s := startSim(t, "--concurrency", "8", "--service-time", "const:50ms")
-	long := http.Header{"X-Sim-Service-Time": {"3s"}}
 	ctx := context.Background()
 
 	tests := map[string]struct {
@@ -149,13 +148,8 @@ func TestRefusals(t *testing.T) {
 				p.Tiers[0].QueueBound = 1
 				return p
 			},
-			setup: func(t *testing.T, d *disp) {
-				background(t, d, call{tenant: "initech", header: long})
-				eventually(t, "slot taken", func() bool { return d.stats(t).Queue.InFlight == 1 })
-				background(t, d, call{tenant: "acme"})
-				eventually(t, "acme queued", func() bool { return d.stats(t).Queue.Queued == 1 })
-			},
-			req: call{tenant: "globex"},
+			setup: holdSlotQueueAcme,
+			req:   call{tenant: "globex"},
 			want: wantRefusal{code: 429, typ: "capacity", tier: "premium", position: 2, retryAfter: 4,
 				msg: `the queue of tier "premium" is full; retry after 4s`},
 			cause: "capacity",
@@ -167,13 +161,8 @@ func TestRefusals(t *testing.T) {
 				p.Tiers[0].TenantQueueLimit = 1
 				return p
 			},
-			setup: func(t *testing.T, d *disp) {
-				background(t, d, call{tenant: "initech", header: long})
-				eventually(t, "slot taken", func() bool { return d.stats(t).Queue.InFlight == 1 })
-				background(t, d, call{tenant: "acme"})
-				eventually(t, "acme queued", func() bool { return d.stats(t).Queue.Queued == 1 })
-			},
-			req: call{tenant: "acme"},
+			setup: holdSlotQueueAcme,
+			req:   call{tenant: "acme"},
 			want: wantRefusal{code: 429, typ: "tenant_limit", tier: "premium", position: 2, retryAfter: 4,
 				msg: `tenant "acme" has as many requests queued as tier "premium" allows one tenant; retry after 4s`},
 			cause: "tenant_limit",
@@ -327,4 +316,16 @@ func TestBadInput(t *testing.T) {
 	if got := d.stats(t); got.Queue.InFlight != 0 || got.Queue.Queued != 0 || got.Active != 0 {
 		t.Errorf("after bad input: %+v", got)
 	}
+}
+
+// long makes simserver hold a request for 3s.
+var long = http.Header{"X-Sim-Service-Time": {"3s"}}
+
+// holdSlotQueueAcme fills the only slot with a long standard request and
+// queues one premium request of acme behind it.
+func holdSlotQueueAcme(t *testing.T, d *disp) {
+	background(t, d, call{tenant: "initech", header: long})
+	eventually(t, "slot taken", func() bool { return d.stats(t).Queue.InFlight == 1 })
+	background(t, d, call{tenant: "acme"})
+	eventually(t, "acme queued", func() bool { return d.stats(t).Queue.Queued == 1 })
 }
