@@ -294,11 +294,7 @@ spec:
 		if took, err := allHold(e.disp, 2*time.Second, matches(samplePolicy(e.ns, backends, 12, tiers, tenants))); err != nil {
 			t.Fatalf("hooli not in every policy after %s: %v", took, err)
 		}
-		testutil.Eventually(t, 2*time.Second, "hooli's effective limit", func() error {
-			var q v1alpha1.TenantQuota
-			if err := k8s.Get(ctx, types.NamespacedName{Namespace: e.ns, Name: "hooli"}, &q); err != nil {
-				return err
-			}
+		quotaEventually(t, e.ns, "hooli", "hooli's effective limit", func(q v1alpha1.TenantQuota) error {
 			if q.Status.EffectiveConcurrencyLimit != 5 {
 				return fmt.Errorf("effective limit %d, want the override 5", q.Status.EffectiveConcurrencyLimit)
 			}
@@ -316,11 +312,7 @@ spec:
 			t.Fatalf("standard still in a policy after %s: %v", took, err)
 		}
 		for _, name := range []string{"globex", "hooli"} {
-			testutil.Eventually(t, 2*time.Second, name+" TierNotFound", func() error {
-				var q v1alpha1.TenantQuota
-				if err := k8s.Get(ctx, types.NamespacedName{Namespace: e.ns, Name: name}, &q); err != nil {
-					return err
-				}
+			quotaEventually(t, e.ns, name, name+" TierNotFound", func(q v1alpha1.TenantQuota) error {
 				if q.Status.EffectiveConcurrencyLimit != 0 || q.Status.Pool != "" {
 					return fmt.Errorf("status %+v, want no limit and no pool", q.Status)
 				}
@@ -361,11 +353,7 @@ spec:
 		if strings.Contains(ctrlProc.Output(), "sk-acme") {
 			t.Error("the controller's log contains the API key")
 		}
-		testutil.Eventually(t, 2*time.Second, "acme apiKeys status", func() error {
-			var q v1alpha1.TenantQuota
-			if err := k8s.Get(ctx, types.NamespacedName{Namespace: e.ns, Name: "acme"}, &q); err != nil {
-				return err
-			}
+		quotaEventually(t, e.ns, "acme", "acme apiKeys status", func(q v1alpha1.TenantQuota) error {
 			if q.Status.APIKeys != 1 {
 				return fmt.Errorf("apiKeys %d, want 1", q.Status.APIKeys)
 			}
@@ -377,11 +365,7 @@ spec:
 		if out, err := kubectlCmd("patch", "-n", e.ns, "tenantquota", "initech", "--type=merge", "-p", `{"spec":{"apiKeySecretRef":{"name":"no-such-secret"}}}`); err != nil {
 			t.Fatalf("kubectl patch: %v\n%s", err, out)
 		}
-		testutil.Eventually(t, 2*time.Second, "initech SecretNotFound", func() error {
-			var q v1alpha1.TenantQuota
-			if err := k8s.Get(ctx, types.NamespacedName{Namespace: e.ns, Name: "initech"}, &q); err != nil {
-				return err
-			}
+		quotaEventually(t, e.ns, "initech", "initech SecretNotFound", func(q v1alpha1.TenantQuota) error {
 			return conditionIs(q.Status.Conditions, v1alpha1.ConditionReady, metav1.ConditionFalse, "SecretNotFound")
 		})
 	})
@@ -800,4 +784,17 @@ func grepLines(s, sub string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// quotaEventually waits up to 2s until check passes on the TenantQuota's
+// current state.
+func quotaEventually(t *testing.T, ns, name, what string, check func(v1alpha1.TenantQuota) error) {
+	t.Helper()
+	testutil.Eventually(t, 2*time.Second, what, func() error {
+		var q v1alpha1.TenantQuota
+		if err := k8s.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, &q); err != nil {
+			return err
+		}
+		return check(q)
+	})
 }
