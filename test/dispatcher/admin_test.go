@@ -13,6 +13,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/tiergate/tiergate/dispatcher/policy"
+	"github.com/tiergate/tiergate/internal/testutil"
 )
 
 type adminError struct {
@@ -115,7 +116,7 @@ func TestAdminAPI(t *testing.T) {
 		// Whatever was refused, version 5 stays applied.
 		if code != 200 && st.path == "/v1/policy" && st.method == "PUT" && st.name != "no token" && st.name != "wrong token" {
 			var got policy.Policy
-			getJSON(t, "http://"+d.admin+"/v1/policy", testToken, &got)
+			testutil.GetJSON(t, "http://"+d.admin+"/v1/policy", testToken, &got)
 			if got.Version != 5 {
 				t.Errorf("%s: applied version %d after a refusal, want 5", st.name, got.Version)
 			}
@@ -139,7 +140,7 @@ func TestAdminAPI(t *testing.T) {
 		t.Errorf("ack %s", body)
 	}
 	var got policy.Policy
-	getJSON(t, "http://"+d.admin+"/v1/policy", testToken, &got)
+	testutil.GetJSON(t, "http://"+d.admin+"/v1/policy", testToken, &got)
 	if diff := cmp.Diff(*basePolicy(6, 2, s.addr), got); diff != "" {
 		t.Errorf("GET /v1/policy (-want +got)\n%s", diff)
 	}
@@ -167,7 +168,7 @@ func TestPolicyFileReload(t *testing.T) {
 	d := startDispatcher(t, dispOpts{policy: basePolicy(1, 2, s.addr)})
 	applied := func() int64 {
 		var p policy.Policy
-		getJSON(t, "http://"+d.admin+"/v1/policy", testToken, &p)
+		testutil.GetJSON(t, "http://"+d.admin+"/v1/policy", testToken, &p)
 		return p.Version
 	}
 	if v := applied(); v != 1 {

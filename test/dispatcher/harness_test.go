@@ -120,7 +120,7 @@ type simStats struct {
 func (s *sim) stats(t *testing.T) simStats {
 	t.Helper()
 	var st simStats
-	getJSON(t, "http://"+s.addr+"/debug/stats", "", &st)
+	testutil.GetJSON(t, "http://"+s.addr+"/debug/stats", "", &st)
 	return st
 }
 
@@ -209,26 +209,6 @@ func (d *disp) adminDo(t *testing.T, method, path, token string, body []byte) (i
 	return resp.StatusCode, out
 }
 
-func getJSON(t *testing.T, url, token string, v any) {
-	t.Helper()
-	req, _ := http.NewRequest(http.MethodGet, url, nil)
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(resp.Body)
-		t.Fatalf("GET %s: %d %s", url, resp.StatusCode, b)
-	}
-	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // dispStats is the part of GET /v1/stats the tests read.
 type dispStats struct {
 	Queue struct {
@@ -246,7 +226,7 @@ type dispStats struct {
 func (d *disp) stats(t *testing.T) dispStats {
 	t.Helper()
 	var s dispStats
-	getJSON(t, "http://"+d.admin+"/v1/stats", d.token, &s)
+	testutil.GetJSON(t, "http://"+d.admin+"/v1/stats", d.token, &s)
 	return s
 }
 

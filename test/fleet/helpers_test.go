@@ -65,7 +65,7 @@ type simStats struct {
 func (s *sim) stats(t *testing.T) simStats {
 	t.Helper()
 	var st simStats
-	getJSON(t, "http://"+s.addr+"/debug/stats", "", &st)
+	testutil.GetJSON(t, "http://"+s.addr+"/debug/stats", "", &st)
 	return st
 }
 
@@ -143,26 +143,6 @@ func waitHTTP(t *testing.T, p *proc, url string) {
 	testutil.WaitHTTP(t, p.Process, url, http.StatusOK, 20*time.Second)
 }
 
-func getJSON(t *testing.T, url, token string, v any) {
-	t.Helper()
-	req, _ := http.NewRequest(http.MethodGet, url, nil)
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("GET %s: %v", url, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(resp.Body)
-		t.Fatalf("GET %s: %s %s", url, resp.Status, b)
-	}
-	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
-		t.Fatalf("GET %s: %v", url, err)
-	}
-}
-
 // metric reads one unlabelled (or first-labelled) sample from /metrics.
 func (d *dispatcher) metric(t *testing.T, name string) (float64, bool) {
 	t.Helper()
@@ -201,7 +181,7 @@ func (d *dispatcher) queued(t *testing.T) int {
 			InFlight int `json:"InFlight"`
 		} `json:"queue"`
 	}
-	getJSON(t, "http://"+d.admin+"/v1/stats", d.token, &st)
+	testutil.GetJSON(t, "http://"+d.admin+"/v1/stats", d.token, &st)
 	return st.Queue.Queued
 }
 
