@@ -108,11 +108,18 @@ func (s *server) generate(w http.ResponseWriter, r *http.Request, chat bool) {
 	ctx := r.Context()
 	s.stats.arrive(tenant, r.Header.Get("X-Request-Id"))
 	generating, cancelled := false, true
-	defer func() { s.stats.leave(tenant, generating, cancelled) }()
+	defer func() {
+		// Record the end before the slot can pass to a waiter; released
+		// first, the waiter would count itself while this one still
+		// counts, and the recorded peaks would read one over --concurrency.
+		s.stats.leave(tenant, generating, cancelled)
+		if generating {
+			s.slots.release()
+		}
+	}()
 	if !s.slots.acquire(ctx) {
 		return
 	}
-	defer s.slots.release()
 	generating = true
 	s.stats.startGenerating(tenant)
 
