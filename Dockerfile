@@ -6,7 +6,8 @@
 # image (static binary at /tiergate, user 65532, no shell) as an OCI archive.
 # One image serves both roles: `tiergate controller` and `tiergate dispatcher`.
 
-ARG GO_VERSION=1.26
+# The same patched release as the Makefile's GOTOOLCHAIN.
+ARG GO_VERSION=1.26.10
 
 FROM --platform=$BUILDPLATFORM golang:${GO_VERSION} AS build
 ARG TARGETOS=linux

@@ -8,6 +8,10 @@ SHELL := /usr/bin/env bash
 .DEFAULT_GOAL := help
 
 export GOWORK := off
+# The patched Go release (the machines ship an older one with GOTOOLCHAIN=local);
+# the go command fetches it from the module proxy once. .ci/run, the Dockerfile
+# and the README name the same version.
+export GOTOOLCHAIN := go1.26.10
 
 BIN            := $(CURDIR)/bin
 CONTROLLER_GEN := $(BIN)/controller-gen
