@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -28,85 +29,115 @@ func init() {
 	register("controller", "reconcile ModelPools and push their policies to the dispatchers", runController)
 }
 
-func runController(args []string, stdout, stderr io.Writer) int {
+// controllerFlags are the flags of `tiergate controller`.
+type controllerFlags struct {
+	metricsAddr, probeAddr string
+	leaderElect            bool
+	leaderNS, leaderID     string
+	kubeconfig, tokenFile  string
+	resync, pushTimeout    time.Duration
+	qps                    float64
+	burst                  int
+	zap                    zap.Options
+}
+
+func runController(args []string, _, stderr io.Writer) int {
+	f, code, done := parseControllerFlags(args, stderr)
+	if done {
+		return code
+	}
+	f.zap.DestWriter = stderr
+	logger := zap.New(zap.UseFlagOptions(&f.zap))
+	ctrl.SetLogger(logger)
+	log := logger.WithName("controller")
+	if f.tokenFile == "" {
+		log.Info("no --push-token-file: pushes carry no token and dispatchers that require one answer 401")
+	}
+	mgr, err := newControllerManager(f)
+	if err != nil {
+		fmt.Fprintln(stderr, "tiergate controller:", err)
+		return 1
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := controllers.Setup(ctx, mgr, controllers.Options{
+		PushTokenFile: f.tokenFile,
+		PushTimeout:   f.pushTimeout,
+		ResyncPeriod:  f.resync,
+	}); err != nil {
+		log.Error(err, "cannot set up the controllers")
+		return 1
+	}
+	return startManager(ctx, mgr, log, f)
+}
+
+func parseControllerFlags(args []string, stderr io.Writer) (f controllerFlags, code int, done bool) {
 	fs := flag.NewFlagSet("tiergate controller", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	metricsAddr := fs.String("metrics-bind-address", ":8080", `address of the metrics endpoint; "0" disables it`)
-	probeAddr := fs.String("health-probe-bind-address", ":8081", "address of /healthz and /readyz")
-	leaderElect := fs.Bool("leader-elect", true, "elect a leader so only one replica reconciles and pushes")
-	leaderNS := fs.String("leader-election-namespace", "", "namespace of the leader election Lease (default: the pod's namespace)")
-	leaderID := fs.String("leader-election-id", "tiergate-controller.tiergate.dev", "name of the leader election Lease")
-	kubeconfig := fs.String("kubeconfig", "", "kubeconfig file (default: in-cluster, then $KUBECONFIG, then ~/.kube/config)")
-	tokenFile := fs.String("push-token-file", "", "file holding the bearer token sent with every policy push (re-read before each push)")
-	resync := fs.Duration("resync-period", 30*time.Second, "push to every dispatcher at least this often, even when it holds the current policy")
-	pushTimeout := fs.Duration("push-timeout", 5*time.Second, "timeout of one policy push")
-	qps := fs.Float64("kube-api-qps", 50, "queries per second to the API server (client-side limit)")
-	burst := fs.Int("kube-api-burst", 100, "burst of queries to the API server (client-side limit)")
-	zapOpts := zap.Options{}
-	zapOpts.BindFlags(fs)
+	fs.StringVar(&f.metricsAddr, "metrics-bind-address", ":8080", `address of the metrics endpoint; "0" disables it`)
+	fs.StringVar(&f.probeAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz")
+	fs.BoolVar(&f.leaderElect, "leader-elect", true, "elect a leader so only one replica reconciles and pushes")
+	fs.StringVar(&f.leaderNS, "leader-election-namespace", "", "namespace of the leader election Lease (default: the pod's namespace)")
+	fs.StringVar(&f.leaderID, "leader-election-id", "tiergate-controller.tiergate.dev", "name of the leader election Lease")
+	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster, then $KUBECONFIG, then ~/.kube/config)")
+	fs.StringVar(&f.tokenFile, "push-token-file", "", "file holding the bearer token sent with every policy push (re-read before each push)")
+	fs.DurationVar(&f.resync, "resync-period", 30*time.Second, "push to every dispatcher at least this often, even when it holds the current policy")
+	fs.DurationVar(&f.pushTimeout, "push-timeout", 5*time.Second, "timeout of one policy push")
+	fs.Float64Var(&f.qps, "kube-api-qps", 50, "queries per second to the API server (client-side limit)")
+	fs.IntVar(&f.burst, "kube-api-burst", 100, "burst of queries to the API server (client-side limit)")
+	f.zap.BindFlags(fs)
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: tiergate controller [flags]\n\nReconciles ModelPools, ServiceTiers and TenantQuotas and pushes each\ndispatcher pod its policy.\n\nFlags:")
 		fs.PrintDefaults()
 	}
 	if code, done := parseFlags(fs, args, stderr, ""); done {
-		return code
+		return f, code, true
 	}
-	if *qps <= 0 || *burst <= 0 {
-		fmt.Fprintf(stderr, "tiergate controller: --kube-api-qps (%v) and --kube-api-burst (%d) must be positive\n", *qps, *burst)
-		return 2
+	if f.qps <= 0 || f.burst <= 0 {
+		fmt.Fprintf(stderr, "tiergate controller: --kube-api-qps (%v) and --kube-api-burst (%d) must be positive\n", f.qps, f.burst)
+		return f, 2, true
 	}
-	if *resync <= 0 || *pushTimeout <= 0 {
-		fmt.Fprintf(stderr, "tiergate controller: --resync-period (%s) and --push-timeout (%s) must be positive\n", *resync, *pushTimeout)
-		return 2
+	if f.resync <= 0 || f.pushTimeout <= 0 {
+		fmt.Fprintf(stderr, "tiergate controller: --resync-period (%s) and --push-timeout (%s) must be positive\n", f.resync, f.pushTimeout)
+		return f, 2, true
 	}
-	zapOpts.DestWriter = stderr
-	logger := zap.New(zap.UseFlagOptions(&zapOpts))
-	ctrl.SetLogger(logger)
-	log := logger.WithName("controller")
-	if *tokenFile == "" {
-		log.Info("no --push-token-file: pushes carry no token and dispatchers that require one answer 401")
-	}
+	return f, 0, false
+}
 
-	cfg, err := restConfig(*kubeconfig)
+// newControllerManager connects to the API server and builds the manager
+// with the tiergate types in its scheme.
+func newControllerManager(f controllerFlags) (ctrl.Manager, error) {
+	cfg, err := restConfig(f.kubeconfig)
 	if err != nil {
-		fmt.Fprintln(stderr, "tiergate controller:", err)
-		return 1
+		return nil, err
 	}
 	// client-go's default of 5 QPS would delay a scale event's status
 	// writes, and the push behind them, by hundreds of milliseconds.
-	cfg.QPS, cfg.Burst = float32(*qps), *burst
+	cfg.QPS, cfg.Burst = float32(f.qps), f.burst
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		fmt.Fprintln(stderr, "tiergate controller:", err)
-		return 1
+		return nil, err
 	}
 	if err := v1alpha1.AddToScheme(scheme); err != nil {
-		fmt.Fprintln(stderr, "tiergate controller:", err)
-		return 1
+		return nil, err
 	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                        scheme,
-		Metrics:                       metricsserver.Options{BindAddress: *metricsAddr},
-		HealthProbeBindAddress:        *probeAddr,
-		LeaderElection:                *leaderElect,
-		LeaderElectionID:              *leaderID,
-		LeaderElectionNamespace:       *leaderNS,
+		Metrics:                       metricsserver.Options{BindAddress: f.metricsAddr},
+		HealthProbeBindAddress:        f.probeAddr,
+		LeaderElection:                f.leaderElect,
+		LeaderElectionID:              f.leaderID,
+		LeaderElectionNamespace:       f.leaderNS,
 		LeaderElectionReleaseOnCancel: true,
 	})
 	if err != nil {
-		log.Error(err, "cannot create the manager")
-		return 1
+		return nil, fmt.Errorf("cannot create the manager: %w", err)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if _, err := controllers.Setup(ctx, mgr, controllers.Options{
-		PushTokenFile: *tokenFile,
-		PushTimeout:   *pushTimeout,
-		ResyncPeriod:  *resync,
-	}); err != nil {
-		log.Error(err, "cannot set up the controllers")
-		return 1
-	}
+	return mgr, nil
+}
+
+// startManager adds the health checks and runs the manager until ctx ends.
+func startManager(ctx context.Context, mgr ctrl.Manager, log logr.Logger, f controllerFlags) int {
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		log.Error(err, "cannot add the health check")
 		return 1
@@ -115,7 +146,7 @@ func runController(args []string, stdout, stderr io.Writer) int {
 		log.Error(err, "cannot add the ready check")
 		return 1
 	}
-	log.Info("starting", "leaderElect", *leaderElect, "resyncPeriod", resync.String(), "pushTimeout", pushTimeout.String())
+	log.Info("starting", "leaderElect", f.leaderElect, "resyncPeriod", f.resync.String(), "pushTimeout", f.pushTimeout.String())
 	if err := mgr.Start(ctx); err != nil {
 		log.Error(err, "manager stopped")
 		return 1

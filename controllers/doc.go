@@ -1,16 +1,16 @@
 // Package controllers turns ModelPool, ServiceTier and TenantQuota objects,
 // plus the model Deployment's ready replicas, into Policy documents and
-// pushes them to every dispatcher pod of the pool.
+// pushes them to every dispatcher pod of the pool. The bounds themselves
+// come from the capacity package, which `tiergate simulate` shares.
 //
-//   - bounds.go is the pure computation of DESIGN.md section 4: no API
-//     server, no clock, no goroutines. `tiergate simulate` calls it too.
+//   - PoolReconciler (one reconcile per ModelPool) reads through the
+//     manager's cache (observe.go), computes the bounds, persists the
+//     policy version in status before any dispatcher sees it, hands the
+//     policies to the Pusher, then writes tier and quota status, only where
+//     it changed (statuswrite.go). QuotaReconciler writes only the status
+//     of quotas whose tier is gone.
 //   - status.go holds pure helpers from observations to status; measured.go
 //     and apikeys.go are pure too.
-//   - PoolReconciler (one reconcile per ModelPool) reads through the
-//     manager's cache, computes the bounds, persists the policy version in
-//     status before any dispatcher sees it, hands the policies to the
-//     Pusher, then writes tier and quota status, only where it changed.
-//     QuotaReconciler writes only the status of quotas whose tier is gone.
 //   - Pusher keeps one sender goroutine per dispatcher pod (keyed by UID)
 //     while the pod is a target; senders push concurrently with a bounded
 //     timeout and exponential backoff, and report each attempt through a

@@ -34,7 +34,7 @@ func TestFoldServiceTime(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			got, moved := foldServiceTime(tc.current, tc.stats, DefaultMeasuredMinCompletions, DefaultMeasuredTolerance)
+			got, moved := foldServiceTime(tc.current, tc.stats, defaultMeasuredMinCompletions, defaultMeasuredTolerance)
 			if got != tc.want || moved != tc.wantMoved {
 				t.Errorf("foldServiceTime = %s, %v; want %s, %v", got, moved, tc.want, tc.wantMoved)
 			}

@@ -9,12 +9,12 @@ import (
 
 // Hysteresis defaults for folding measured service times into S.
 const (
-	// DefaultMeasuredMinCompletions is how many completions the dispatchers
+	// defaultMeasuredMinCompletions is how many completions the dispatchers
 	// must report in total before their service time is trusted.
-	DefaultMeasuredMinCompletions = 20
-	// DefaultMeasuredTolerance is the relative change below which the
+	defaultMeasuredMinCompletions = 20
+	// defaultMeasuredTolerance is the relative change below which the
 	// measured service time is ignored, so bounds do not flap.
-	DefaultMeasuredTolerance = 0.10
+	defaultMeasuredTolerance = 0.10
 )
 
 // foldServiceTime combines the dispatchers' measured service times (each a

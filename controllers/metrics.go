@@ -3,6 +3,8 @@ package controllers
 import (
 	"github.com/prometheus/client_golang/prometheus"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/tiergate/tiergate/capacity"
 )
 
 // Controller metrics (DESIGN.md section 9), served by the manager's metrics
@@ -33,11 +35,25 @@ func init() {
 	ctrlmetrics.Registry.MustRegister(pushTotal, pushLatency, poolConcurrency, tierMaxWait)
 }
 
+// exportPoolMetrics sets a pool's gauges from its bounds: the concurrency,
+// and the same maxWait its tiers' status states (desiredTierStatus). It
+// returns the tiers whose maxWait series it exports.
+func exportPoolMetrics(pool string, exported map[string]bool, b capacity.Bounds) map[string]bool {
+	poolConcurrency.WithLabelValues(pool).Set(float64(b.Pool.Concurrency))
+	return setTierMaxWait(tierMaxWait, pool, exported, b.Tiers)
+}
+
+// forgetPoolMetrics deletes every series of a pool that went away.
+func forgetPoolMetrics(pool string) {
+	poolConcurrency.DeleteLabelValues(pool)
+	deleteTierMaxWait(tierMaxWait, pool)
+}
+
 // setTierMaxWait exports the stated maxWait of the pool's tiers and deletes
 // the series of the tiers in exported that are gone or have no guarantee
 // now. It returns the tiers exported. Only changed tiers are deleted, so a
 // scrape never sees a current tier missing.
-func setTierMaxWait(g *prometheus.GaugeVec, pool string, exported map[string]bool, tiers []TierBounds) map[string]bool {
+func setTierMaxWait(g *prometheus.GaugeVec, pool string, exported map[string]bool, tiers []capacity.TierBounds) map[string]bool {
 	now := make(map[string]bool, len(tiers))
 	for _, t := range tiers {
 		if t.Unbounded {

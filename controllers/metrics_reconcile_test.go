@@ -73,7 +73,7 @@ func TestReconcileExportsTierMaxWait(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	if _, err := Setup(ctx, mgr, Options{ResyncPeriod: time.Hour}); err != nil {
+	if err := Setup(ctx, mgr, Options{ResyncPeriod: time.Hour}); err != nil {
 		cancel()
 		t.Fatal(err)
 	}

@@ -8,26 +8,30 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/tiergate/tiergate/capacity"
 )
 
 const maxWaitHeader = `# HELP tiergate_tier_max_wait_seconds Stated guarantee of a ServiceTier (status.maxWait), by ModelPool (namespace/name) and tier; absent while the pool has no ready replicas.
 # TYPE tiergate_tier_max_wait_seconds gauge
 `
 
-func stated(name string, maxWait time.Duration) TierBounds {
-	return TierBounds{Name: name, MaxWait: maxWait}
+func stated(name string, maxWait time.Duration) capacity.TierBounds {
+	return capacity.TierBounds{Name: name, MaxWait: maxWait}
 }
 
-func unbounded(name string) TierBounds { return TierBounds{Name: name, Unbounded: true} }
+func unbounded(name string) capacity.TierBounds {
+	return capacity.TierBounds{Name: name, Unbounded: true}
+}
 
 func TestTierMaxWaitSeries(t *testing.T) {
 	type step struct {
 		pool   string
-		tiers  []TierBounds
+		tiers  []capacity.TierBounds
 		forget bool // the pool went away
 		want   string
 	}
-	seed := []TierBounds{stated("premium", 91*time.Second), stated("standard", 151*time.Second), stated("free", 211*time.Second)}
+	seed := []capacity.TierBounds{stated("premium", 91*time.Second), stated("standard", 151*time.Second), stated("free", 211*time.Second)}
 	tests := map[string][]step{
 		"set, change, delete a tier, delete the pool": {
 			{pool: "ns/llm", tiers: seed, want: `
@@ -36,12 +40,12 @@ tiergate_tier_max_wait_seconds{pool="ns/llm",tier="premium"} 91
 tiergate_tier_max_wait_seconds{pool="ns/llm",tier="standard"} 151
 `},
 			// Half the replicas: the drain term doubles.
-			{pool: "ns/llm", tiers: []TierBounds{stated("premium", 176*time.Second), stated("standard", 236*time.Second), stated("free", 296500*time.Millisecond)}, want: `
+			{pool: "ns/llm", tiers: []capacity.TierBounds{stated("premium", 176*time.Second), stated("standard", 236*time.Second), stated("free", 296500*time.Millisecond)}, want: `
 tiergate_tier_max_wait_seconds{pool="ns/llm",tier="free"} 296.5
 tiergate_tier_max_wait_seconds{pool="ns/llm",tier="premium"} 176
 tiergate_tier_max_wait_seconds{pool="ns/llm",tier="standard"} 236
 `},
-			{pool: "ns/llm", tiers: []TierBounds{stated("premium", 176*time.Second), stated("free", 296500*time.Millisecond)}, want: `
+			{pool: "ns/llm", tiers: []capacity.TierBounds{stated("premium", 176*time.Second), stated("free", 296500*time.Millisecond)}, want: `
 tiergate_tier_max_wait_seconds{pool="ns/llm",tier="free"} 296.5
 tiergate_tier_max_wait_seconds{pool="ns/llm",tier="premium"} 176
 `},
@@ -52,7 +56,7 @@ tiergate_tier_max_wait_seconds{pool="ns/llm",tier="premium"} 176
 tiergate_tier_max_wait_seconds{pool="ns/llm",tier="premium"} 91
 tiergate_tier_max_wait_seconds{pool="ns/llm",tier="standard"} 151
 `},
-			{pool: "ns/llm", tiers: []TierBounds{unbounded("premium"), unbounded("standard")}, want: ``},
+			{pool: "ns/llm", tiers: []capacity.TierBounds{unbounded("premium"), unbounded("standard")}, want: ``},
 			{pool: "ns/llm", tiers: seed[:1], want: `
 tiergate_tier_max_wait_seconds{pool="ns/llm",tier="premium"} 91
 `},
@@ -61,7 +65,7 @@ tiergate_tier_max_wait_seconds{pool="ns/llm",tier="premium"} 91
 			{pool: "ns/llm", tiers: seed[:1], want: `
 tiergate_tier_max_wait_seconds{pool="ns/llm",tier="premium"} 91
 `},
-			{pool: "ns/llm", tiers: []TierBounds{stated("gold", 91*time.Second)}, want: `
+			{pool: "ns/llm", tiers: []capacity.TierBounds{stated("gold", 91*time.Second)}, want: `
 tiergate_tier_max_wait_seconds{pool="ns/llm",tier="gold"} 91
 `},
 			{pool: "ns/llm", tiers: nil, want: ``},
@@ -116,7 +120,7 @@ tiergate_tier_max_wait_seconds{pool="a/llm-2",tier="premium"} 91
 func TestTierMaxWaitRegistered(t *testing.T) {
 	const pool = "metrics-test/registered"
 	t.Cleanup(func() { deleteTierMaxWait(tierMaxWait, pool) })
-	setTierMaxWait(tierMaxWait, pool, nil, []TierBounds{stated("premium", 2500*time.Millisecond)})
+	setTierMaxWait(tierMaxWait, pool, nil, []capacity.TierBounds{stated("premium", 2500*time.Millisecond)})
 	want := maxWaitHeader + `tiergate_tier_max_wait_seconds{pool="metrics-test/registered",tier="premium"} 2.5
 `
 	if err := testutil.GatherAndCompare(ctrlmetrics.Registry, strings.NewReader(want), "tiergate_tier_max_wait_seconds"); err != nil {

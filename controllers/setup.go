@@ -13,14 +13,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
-	ctrlbuilder "sigs.k8s.io/controller-runtime/pkg/builder"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
-	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/tiergate/tiergate/api/v1alpha1"
@@ -28,11 +27,38 @@ import (
 
 // Field indexes on the manager's cache.
 const (
-	IndexTierPool       = "spec.poolRef.name"
-	IndexQuotaTier      = "spec.tierRef.name"
-	IndexQuotaSecret    = "spec.apiKeySecretRef.name"
-	IndexPoolDeployment = "spec.deploymentRef.name"
+	indexTierPool       = "spec.poolRef.name"
+	indexQuotaTier      = "spec.tierRef.name"
+	indexQuotaSecret    = "spec.apiKeySecretRef.name"
+	indexPoolDeployment = "spec.deploymentRef.name"
 )
+
+// fieldIndex is one field index: the reconcilers list by these fields.
+type fieldIndex struct {
+	obj     client.Object
+	field   string
+	extract client.IndexerFunc
+}
+
+// fieldIndexes are registered on the manager's cache by Setup, and on fake
+// clients by the tests.
+var fieldIndexes = []fieldIndex{
+	{&v1alpha1.ServiceTier{}, indexTierPool, func(o client.Object) []string {
+		return []string{o.(*v1alpha1.ServiceTier).Spec.PoolRef.Name}
+	}},
+	{&v1alpha1.TenantQuota{}, indexQuotaTier, func(o client.Object) []string {
+		return []string{o.(*v1alpha1.TenantQuota).Spec.TierRef.Name}
+	}},
+	{&v1alpha1.TenantQuota{}, indexQuotaSecret, func(o client.Object) []string {
+		if ref := o.(*v1alpha1.TenantQuota).Spec.APIKeySecretRef; ref != nil {
+			return []string{ref.Name}
+		}
+		return nil
+	}},
+	{&v1alpha1.ModelPool{}, indexPoolDeployment, func(o client.Object) []string {
+		return []string{o.(*v1alpha1.ModelPool).Spec.DeploymentRef.Name}
+	}},
+}
 
 // Options configures the controllers. Zero values take the defaults.
 type Options struct {
@@ -69,10 +95,10 @@ func (o *Options) defaults() {
 		o.ResyncPeriod = 30 * time.Second
 	}
 	if o.MeasuredMinCompletions == 0 {
-		o.MeasuredMinCompletions = DefaultMeasuredMinCompletions
+		o.MeasuredMinCompletions = defaultMeasuredMinCompletions
 	}
 	if o.MeasuredTolerance == 0 {
-		o.MeasuredTolerance = DefaultMeasuredTolerance
+		o.MeasuredTolerance = defaultMeasuredTolerance
 	}
 	if o.UnreachableStrike == 0 {
 		o.UnreachableStrike = 3
@@ -102,19 +128,18 @@ func (o *Options) validate() error {
 }
 
 // Setup registers the field indexes, the Pusher and both controllers with
-// the manager. It returns the PoolReconciler (tests read its pusher).
-func Setup(ctx context.Context, mgr manager.Manager, opts Options) (*PoolReconciler, error) {
+// the manager.
+func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 	opts.defaults()
 	if err := opts.validate(); err != nil {
-		return nil, err
+		return err
 	}
 	if err := setupIndexes(ctx, mgr.GetFieldIndexer()); err != nil {
-		return nil, err
+		return err
 	}
-
 	notes := newNotifier()
 	if err := mgr.Add(notes); err != nil {
-		return nil, err
+		return err
 	}
 	pusher, err := NewPusher(PusherOptions{
 		TokenFile:   opts.PushTokenFile,
@@ -126,12 +151,11 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) (*PoolReconci
 		Log:         mgr.GetLogger().WithName("push"),
 	})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if err := mgr.Add(pusher); err != nil {
-		return nil, err
+		return err
 	}
-
 	pools := &PoolReconciler{
 		Client:                 mgr.GetClient(),
 		Recorder:               mgr.GetEventRecorder("tiergate-controller"),
@@ -142,83 +166,70 @@ func Setup(ctx context.Context, mgr manager.Manager, opts Options) (*PoolReconci
 		MeasuredTolerance:      opts.MeasuredTolerance,
 		UnreachableStrike:      opts.UnreachableStrike,
 	}
+	if err := setupPoolController(mgr, pools, notes, opts.MaxConcurrentReconciles); err != nil {
+		return err
+	}
 	c := mgr.GetClient()
-	err = ctrlbuilder.ControllerManagedBy(mgr).
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("tenantquota").
+		For(&v1alpha1.TenantQuota{}).
+		Watches(&v1alpha1.ServiceTier{}, handler.EnqueueRequestsFromMapFunc(tierToQuotas(c))).
+		Complete(&QuotaReconciler{Client: c, Clock: opts.Clock})
+}
+
+// setupPoolController reconciles a pool on a change of anything its bounds
+// or its policy depend on, and after every push attempt.
+func setupPoolController(mgr ctrl.Manager, pools *PoolReconciler, notes *notifier, workers int) error {
+	c := mgr.GetClient()
+	return ctrl.NewControllerManagedBy(mgr).
 		Named("modelpool").
 		For(&v1alpha1.ModelPool{}).
 		Watches(&v1alpha1.ServiceTier{}, handler.EnqueueRequestsFromMapFunc(tierToPool)).
 		Watches(&v1alpha1.TenantQuota{}, handler.EnqueueRequestsFromMapFunc(quotaToPool(c))).
 		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(secretToPools(c))).
 		Watches(&appsv1.Deployment{}, handler.EnqueueRequestsFromMapFunc(deploymentToPools(c))).
-		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podToPools(c)), ctrlbuilder.WithPredicates(podChanged())).
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podToPools(c)), builder.WithPredicates(podChanged())).
 		WatchesRawSource(source.Channel(notes.out, &handler.EnqueueRequestForObject{})).
-		WithOptions(controller.Options{MaxConcurrentReconciles: opts.MaxConcurrentReconciles}).
+		WithOptions(controller.Options{MaxConcurrentReconciles: workers}).
 		Complete(pools)
-	if err != nil {
-		return nil, err
-	}
-	err = ctrlbuilder.ControllerManagedBy(mgr).
-		Named("tenantquota").
-		For(&v1alpha1.TenantQuota{}).
-		Watches(&v1alpha1.ServiceTier{}, handler.EnqueueRequestsFromMapFunc(tierToQuotas(c))).
-		Complete(&QuotaReconciler{Client: c, Clock: opts.Clock})
-	if err != nil {
-		return nil, err
-	}
-	return pools, nil
 }
 
 func setupIndexes(ctx context.Context, ix client.FieldIndexer) error {
-	if err := ix.IndexField(ctx, &v1alpha1.ServiceTier{}, IndexTierPool, func(o client.Object) []string {
-		return []string{o.(*v1alpha1.ServiceTier).Spec.PoolRef.Name}
-	}); err != nil {
-		return err
-	}
-	if err := ix.IndexField(ctx, &v1alpha1.TenantQuota{}, IndexQuotaTier, func(o client.Object) []string {
-		return []string{o.(*v1alpha1.TenantQuota).Spec.TierRef.Name}
-	}); err != nil {
-		return err
-	}
-	if err := ix.IndexField(ctx, &v1alpha1.TenantQuota{}, IndexQuotaSecret, func(o client.Object) []string {
-		if ref := o.(*v1alpha1.TenantQuota).Spec.APIKeySecretRef; ref != nil {
-			return []string{ref.Name}
+	for _, f := range fieldIndexes {
+		if err := ix.IndexField(ctx, f.obj, f.field, f.extract); err != nil {
+			return err
 		}
-		return nil
-	}); err != nil {
-		return err
 	}
-	return ix.IndexField(ctx, &v1alpha1.ModelPool{}, IndexPoolDeployment, func(o client.Object) []string {
-		return []string{o.(*v1alpha1.ModelPool).Spec.DeploymentRef.Name}
-	})
+	return nil
 }
 
-func poolRequest(ns, name string) reconcile.Request {
-	return reconcile.Request{NamespacedName: types.NamespacedName{Namespace: ns, Name: name}}
+func poolRequest(ns, name string) ctrl.Request {
+	return ctrl.Request{NamespacedName: types.NamespacedName{Namespace: ns, Name: name}}
 }
 
-func tierToPool(_ context.Context, o client.Object) []reconcile.Request {
+func tierToPool(_ context.Context, o client.Object) []ctrl.Request {
 	t := o.(*v1alpha1.ServiceTier)
-	return []reconcile.Request{poolRequest(t.Namespace, t.Spec.PoolRef.Name)}
+	return []ctrl.Request{poolRequest(t.Namespace, t.Spec.PoolRef.Name)}
 }
 
 func quotaToPool(c client.Reader) handler.MapFunc {
-	return func(ctx context.Context, o client.Object) []reconcile.Request {
+	return func(ctx context.Context, o client.Object) []ctrl.Request {
 		q := o.(*v1alpha1.TenantQuota)
 		var t v1alpha1.ServiceTier
 		if err := c.Get(ctx, types.NamespacedName{Namespace: q.Namespace, Name: q.Spec.TierRef.Name}, &t); err != nil {
 			return nil
 		}
-		return []reconcile.Request{poolRequest(t.Namespace, t.Spec.PoolRef.Name)}
+		return []ctrl.Request{poolRequest(t.Namespace, t.Spec.PoolRef.Name)}
 	}
 }
 
 func tierToQuotas(c client.Reader) handler.MapFunc {
-	return func(ctx context.Context, o client.Object) []reconcile.Request {
+	return func(ctx context.Context, o client.Object) []ctrl.Request {
 		var quotas v1alpha1.TenantQuotaList
-		if err := c.List(ctx, &quotas, client.InNamespace(o.GetNamespace()), client.MatchingFields{IndexQuotaTier: o.GetName()}); err != nil {
+		if err := c.List(ctx, &quotas, client.InNamespace(o.GetNamespace()), client.MatchingFields{indexQuotaTier: o.GetName()}); err != nil {
 			return nil
 		}
-		out := make([]reconcile.Request, 0, len(quotas.Items))
+		out := make([]ctrl.Request, 0, len(quotas.Items))
 		for _, q := range quotas.Items {
 			out = append(out, poolRequest(q.Namespace, q.Name))
 		}
@@ -227,13 +238,13 @@ func tierToQuotas(c client.Reader) handler.MapFunc {
 }
 
 func secretToPools(c client.Reader) handler.MapFunc {
-	return func(ctx context.Context, o client.Object) []reconcile.Request {
+	return func(ctx context.Context, o client.Object) []ctrl.Request {
 		var quotas v1alpha1.TenantQuotaList
-		if err := c.List(ctx, &quotas, client.InNamespace(o.GetNamespace()), client.MatchingFields{IndexQuotaSecret: o.GetName()}); err != nil {
+		if err := c.List(ctx, &quotas, client.InNamespace(o.GetNamespace()), client.MatchingFields{indexQuotaSecret: o.GetName()}); err != nil {
 			return nil
 		}
 		seen := map[string]bool{}
-		var out []reconcile.Request
+		var out []ctrl.Request
 		for _, q := range quotas.Items {
 			var t v1alpha1.ServiceTier
 			if err := c.Get(ctx, types.NamespacedName{Namespace: q.Namespace, Name: q.Spec.TierRef.Name}, &t); err != nil {
@@ -249,12 +260,12 @@ func secretToPools(c client.Reader) handler.MapFunc {
 }
 
 func deploymentToPools(c client.Reader) handler.MapFunc {
-	return func(ctx context.Context, o client.Object) []reconcile.Request {
+	return func(ctx context.Context, o client.Object) []ctrl.Request {
 		var pools v1alpha1.ModelPoolList
-		if err := c.List(ctx, &pools, client.InNamespace(o.GetNamespace()), client.MatchingFields{IndexPoolDeployment: o.GetName()}); err != nil {
+		if err := c.List(ctx, &pools, client.InNamespace(o.GetNamespace()), client.MatchingFields{indexPoolDeployment: o.GetName()}); err != nil {
 			return nil
 		}
-		out := make([]reconcile.Request, 0, len(pools.Items))
+		out := make([]ctrl.Request, 0, len(pools.Items))
 		for _, p := range pools.Items {
 			out = append(out, poolRequest(p.Namespace, p.Name))
 		}
@@ -264,12 +275,12 @@ func deploymentToPools(c client.Reader) handler.MapFunc {
 
 // podToPools maps a pod to the pools it is a dispatcher or a model pod of.
 func podToPools(c client.Reader) handler.MapFunc {
-	return func(ctx context.Context, o client.Object) []reconcile.Request {
+	return func(ctx context.Context, o client.Object) []ctrl.Request {
 		var pools v1alpha1.ModelPoolList
 		if err := c.List(ctx, &pools, client.InNamespace(o.GetNamespace())); err != nil {
 			return nil
 		}
-		var out []reconcile.Request
+		var out []ctrl.Request
 		for _, p := range pools.Items {
 			match := selectorMatches(&p.Spec.Dispatchers.Selector, o.GetLabels())
 			if !match {

@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/tiergate/tiergate/api/v1alpha1"
+	"github.com/tiergate/tiergate/capacity"
 )
 
 // Pure status helpers: each takes the object's current status and what was
@@ -20,7 +21,7 @@ import (
 type poolView struct {
 	Generation        int64
 	DeploymentFound   bool
-	Bounds            Bounds
+	Bounds            capacity.Bounds
 	Backends          int
 	HasTiers          bool
 	Version           int64
@@ -60,98 +61,91 @@ func desiredPoolStatus(cur v1alpha1.ModelPoolStatus, v poolView, now metav1.Time
 		st.ObservedServiceTime = &metav1.Duration{Duration: v.ObservedService}
 	}
 	st.PolicyVersion = v.Version
-	st.Dispatchers = v1alpha1.DispatcherCounts{Total: int32(len(v.Dispatchers))}
-	for _, d := range v.Dispatchers {
-		if d.Ready {
-			st.Dispatchers.Ready++
-		}
-		if d.Acked == v.Version {
-			st.Dispatchers.Synced++
-		}
-	}
+	st.Dispatchers = dispatcherCounts(v.Dispatchers, v.Version)
 
-	// Ready: the pool can serve with the bounds in force.
-	switch {
-	case !v.DeploymentFound:
-		setCondition(&st.Conditions, now, v.Generation, v1alpha1.ConditionReady, false, string(v1alpha1.ReasonDeploymentNotFound),
-			"the Deployment named in spec.deploymentRef does not exist; the policy has 0 slots")
-	case b.ReadyReplicas == 0:
-		setCondition(&st.Conditions, now, v.Generation, v1alpha1.ConditionReady, false, string(v1alpha1.ReasonNoReadyReplicas),
-			"the Deployment has no ready replicas; the policy has 0 slots and dispatchers answer 503")
-	case v.Backends == 0:
-		setCondition(&st.Conditions, now, v.Generation, v1alpha1.ConditionReady, false, string(v1alpha1.ReasonNoReadyReplicas),
-			fmt.Sprintf("the Deployment reports %d ready replicas but no Ready pod with an IP matches its selector; the policy has 0 slots", b.ReadyReplicas))
-	case !v.HasTiers:
-		setCondition(&st.Conditions, now, v.Generation, v1alpha1.ConditionReady, false, string(v1alpha1.ReasonNoTiers),
-			"no ServiceTier references this pool; no policy is pushed and dispatchers keep their last one")
-	default:
-		msg := fmt.Sprintf("%d slots on %d ready replicas (%d backends), serving %s requests/s with a service time of %s",
-			b.Concurrency, b.ReadyReplicas, v.Backends, b.ServiceRateString, b.ServiceTime)
-		if b.DefaultTierNotFound {
-			msg += "; spec.defaultTier names no ServiceTier of this pool, so tenants without a TenantQuota are refused"
-		}
-		setCondition(&st.Conditions, now, v.Generation, v1alpha1.ConditionReady, true, string(v1alpha1.ReasonPoolReady), msg)
+	set := func(typ string, ok bool, reason, msg string) {
+		setCondition(&st.Conditions, now, v.Generation, typ, ok, reason, msg)
 	}
-
-	// Synced: every dispatcher pod acknowledged the current version.
-	switch total := int32(len(v.Dispatchers)); {
-	case total == 0:
-		setCondition(&st.Conditions, now, v.Generation, v1alpha1.ModelPoolSynced, false, string(v1alpha1.ReasonNoDispatchers),
-			"no pod with an IP matches spec.dispatchers.selector")
-	case !v.HasTiers:
-		setCondition(&st.Conditions, now, v.Generation, v1alpha1.ModelPoolSynced, false, string(v1alpha1.ReasonNoTiers),
-			"no policy to push: the pool has no ServiceTier")
-	case st.Dispatchers.Synced == total:
-		setCondition(&st.Conditions, now, v.Generation, v1alpha1.ModelPoolSynced, true, string(v1alpha1.ReasonAllSynced),
-			fmt.Sprintf("%d/%d dispatchers hold policy version %d", total, total, v.Version))
-	default:
-		var behind []string
-		for _, d := range v.Dispatchers {
-			if d.Acked != v.Version {
-				behind = append(behind, d.Name)
-			}
-		}
-		setCondition(&st.Conditions, now, v.Generation, v1alpha1.ModelPoolSynced, false, string(v1alpha1.ReasonSyncPending),
-			fmt.Sprintf("%d/%d dispatchers hold policy version %d; waiting for %s", st.Dispatchers.Synced, total, v.Version, listNames(behind)))
-	}
-
+	ok, reason, msg := poolReady(v)
+	set(v1alpha1.ConditionReady, ok, reason, msg)
+	ok, reason, msg = poolSynced(v, st.Dispatchers)
+	set(v1alpha1.ModelPoolSynced, ok, reason, msg)
 	// Degraded: a dispatcher refuses or cannot be reached.
-	reason, msg := degradedReason(v.Dispatchers, v.UnreachableStrike)
-	if reason == "" {
-		setCondition(&st.Conditions, now, v.Generation, v1alpha1.ModelPoolDegraded, false, string(v1alpha1.ReasonHealthy), "every dispatcher accepts pushes")
+	if reason, msg := degradedReason(v.Dispatchers, v.UnreachableStrike); reason != "" {
+		set(v1alpha1.ModelPoolDegraded, true, reason, msg)
 	} else {
-		setCondition(&st.Conditions, now, v.Generation, v1alpha1.ModelPoolDegraded, true, reason, msg)
+		set(v1alpha1.ModelPoolDegraded, false, string(v1alpha1.ReasonHealthy), "every dispatcher accepts pushes")
 	}
-
 	// The ageing horizon against the client timeout (DESIGN.md section 4).
-	setCondition(&st.Conditions, now, v.Generation, v1alpha1.ModelPoolAgeingHorizonExceedsClientTimeout,
-		b.HorizonExceedsClientTimeout, horizonReason(b), HorizonMessage(b))
+	set(v1alpha1.ModelPoolAgeingHorizonExceedsClientTimeout, b.HorizonExceedsClientTimeout, horizonReason(b), capacity.HorizonMessage(b))
 	return st
 }
 
-func horizonReason(b PoolBounds) string {
+func dispatcherCounts(ds []dispatcherView, version int64) v1alpha1.DispatcherCounts {
+	c := v1alpha1.DispatcherCounts{Total: int32(len(ds))}
+	for _, d := range ds {
+		if d.Ready {
+			c.Ready++
+		}
+		if d.Acked == version {
+			c.Synced++
+		}
+	}
+	return c
+}
+
+// poolReady is the Ready condition: the pool can serve with the bounds in
+// force.
+func poolReady(v poolView) (bool, string, string) {
+	b := v.Bounds.Pool
+	switch {
+	case !v.DeploymentFound:
+		return false, string(v1alpha1.ReasonDeploymentNotFound),
+			"the Deployment named in spec.deploymentRef does not exist; the policy has 0 slots"
+	case b.ReadyReplicas == 0:
+		return false, string(v1alpha1.ReasonNoReadyReplicas),
+			"the Deployment has no ready replicas; the policy has 0 slots and dispatchers answer 503"
+	case v.Backends == 0:
+		return false, string(v1alpha1.ReasonNoReadyReplicas),
+			fmt.Sprintf("the Deployment reports %d ready replicas but no Ready pod with an IP matches its selector; the policy has 0 slots", b.ReadyReplicas)
+	case !v.HasTiers:
+		return false, string(v1alpha1.ReasonNoTiers),
+			"no ServiceTier references this pool; no policy is pushed and dispatchers keep their last one"
+	}
+	msg := fmt.Sprintf("%d slots on %d ready replicas (%d backends), serving %s requests/s with a service time of %s",
+		b.Concurrency, b.ReadyReplicas, v.Backends, b.ServiceRateString, b.ServiceTime)
+	if b.DefaultTierNotFound {
+		msg += "; spec.defaultTier names no ServiceTier of this pool, so tenants without a TenantQuota are refused"
+	}
+	return true, string(v1alpha1.ReasonPoolReady), msg
+}
+
+// poolSynced is the Synced condition: every dispatcher pod acknowledged the
+// current version.
+func poolSynced(v poolView, c v1alpha1.DispatcherCounts) (bool, string, string) {
+	switch {
+	case c.Total == 0:
+		return false, string(v1alpha1.ReasonNoDispatchers), "no pod with an IP matches spec.dispatchers.selector"
+	case !v.HasTiers:
+		return false, string(v1alpha1.ReasonNoTiers), "no policy to push: the pool has no ServiceTier"
+	case c.Synced == c.Total:
+		return true, string(v1alpha1.ReasonAllSynced), fmt.Sprintf("%d/%d dispatchers hold policy version %d", c.Total, c.Total, v.Version)
+	}
+	var behind []string
+	for _, d := range v.Dispatchers {
+		if d.Acked != v.Version {
+			behind = append(behind, d.Name)
+		}
+	}
+	return false, string(v1alpha1.ReasonSyncPending),
+		fmt.Sprintf("%d/%d dispatchers hold policy version %d; waiting for %s", c.Synced, c.Total, v.Version, listNames(behind))
+}
+
+func horizonReason(b capacity.PoolBounds) string {
 	if b.HorizonExceedsClientTimeout {
 		return string(v1alpha1.ReasonHorizonExceedsTimeout)
 	}
 	return string(v1alpha1.ReasonHorizonWithinTimeout)
-}
-
-// HorizonMessage words the AgeingHorizonExceedsClientTimeout condition;
-// tiergate simulate prints the same text, so the two cannot drift.
-func HorizonMessage(b PoolBounds) string {
-	points := int64(0)
-	if b.AgeingRate > 0 {
-		points = int64(b.AgeingHorizon / b.AgeingRate)
-	}
-	switch {
-	case b.ClientTimeout == 0:
-		return fmt.Sprintf("ageing horizon %s (%s per point × %d points); no clientTimeout is set", b.AgeingHorizon, b.AgeingRate, points)
-	case b.HorizonExceedsClientTimeout:
-		return fmt.Sprintf("ageing horizon %s (%s per point × %d points) exceeds clientTimeout %s: under sustained load of the top tier a request of the lowest tier expires before ageing lifts it, so the starvation guarantee is void",
-			b.AgeingHorizon, b.AgeingRate, points, b.ClientTimeout)
-	default:
-		return fmt.Sprintf("ageing horizon %s (%s per point × %d points) is within clientTimeout %s", b.AgeingHorizon, b.AgeingRate, points, b.ClientTimeout)
-	}
 }
 
 // degradedReason picks the most telling failure: a refused token first,
@@ -196,7 +190,7 @@ func listNames(names []string) string {
 }
 
 // desiredTierStatus computes a ServiceTier's status from its bounds.
-func desiredTierStatus(cur v1alpha1.ServiceTierStatus, gen int64, tb TierBounds, pool PoolBounds, now metav1.Time) v1alpha1.ServiceTierStatus {
+func desiredTierStatus(cur v1alpha1.ServiceTierStatus, gen int64, tb capacity.TierBounds, pool capacity.PoolBounds, now metav1.Time) v1alpha1.ServiceTierStatus {
 	st := *cur.DeepCopy()
 	st.ObservedGeneration = gen
 	st.QueueBound = tb.QueueBound
@@ -232,7 +226,7 @@ func orphanTierStatus(cur v1alpha1.ServiceTierStatus, gen int64, pool string, no
 type quotaView struct {
 	Generation    int64
 	Pool          string // "" when the tier or its pool is missing
-	Tenant        TenantBounds
+	Tenant        capacity.TenantBounds
 	TierMissing   bool
 	PoolMissing   bool
 	SecretName    string
@@ -277,7 +271,7 @@ func desiredQuotaStatus(cur v1alpha1.TenantQuotaStatus, v quotaView, now metav1.
 
 // boundChanges describes tier bound changes for a ScaledBounds event, such
 // as "premium 20→10, free 120→60"; "" when nothing that was set changed.
-func boundChanges(before map[string]int32, after []TierBounds) string {
+func boundChanges(before map[string]int32, after []capacity.TierBounds) string {
 	var parts []string
 	for _, tb := range after {
 		old, ok := before[tb.Name]

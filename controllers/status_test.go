@@ -10,6 +10,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/tiergate/tiergate/api/v1alpha1"
+	"github.com/tiergate/tiergate/capacity"
+	seed "github.com/tiergate/tiergate/capacity/capacitytest"
 )
 
 var (
@@ -30,9 +32,9 @@ func condRows(conds []metav1.Condition) map[string]condRow {
 	return out
 }
 
-func seedBounds(t *testing.T, replicas int32, dispatchers int) Bounds {
+func seedBounds(t *testing.T, replicas int32, dispatchers int) capacity.Bounds {
 	t.Helper()
-	b, err := ComputeBounds(BoundsInput{Pool: seedPool(withClientTimeout(30 * time.Second)), ReadyReplicas: replicas, Tiers: seedTiers(), Dispatchers: dispatchers})
+	b, err := capacity.ComputeBounds(capacity.BoundsInput{Pool: seed.Pool(seed.WithClientTimeout(30 * time.Second)), ReadyReplicas: replicas, Tiers: seed.Tiers(), Dispatchers: dispatchers})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,7 +187,7 @@ func TestDesiredPoolStatusValuesAndStableTransitions(t *testing.T) {
 }
 
 func TestHorizonWithoutClientTimeout(t *testing.T) {
-	b, err := ComputeBounds(BoundsInput{Pool: seedPool(), ReadyReplicas: 6, Tiers: seedTiers()})
+	b, err := capacity.ComputeBounds(capacity.BoundsInput{Pool: seed.Pool(), ReadyReplicas: 6, Tiers: seed.Tiers()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -223,7 +225,7 @@ func TestDesiredTierStatus(t *testing.T) {
 }
 
 func TestDesiredQuotaStatus(t *testing.T) {
-	acme := TenantBounds{QuotaName: "acme", Tenant: "acme", Tier: "premium", EffectiveLimit: 6, APIKeys: 2}
+	acme := capacity.TenantBounds{QuotaName: "acme", Tenant: "acme", Tier: "premium", EffectiveLimit: 6, APIKeys: 2}
 	tests := map[string]struct {
 		view      quotaView
 		wantLimit int32
@@ -233,15 +235,15 @@ func TestDesiredQuotaStatus(t *testing.T) {
 	}{
 		"active": {quotaView{Pool: "llm", Tenant: acme}, 6, 2, "llm",
 			condRow{"Ready", "True", "Active", `tenant "acme" in tier "premium" may hold 6 requests in flight`}},
-		"active with a shared key": {quotaView{Pool: "llm", Tenant: func() TenantBounds { b := acme; b.SharedKeys = 1; return b }()}, 6, 1, "llm",
+		"active with a shared key": {quotaView{Pool: "llm", Tenant: func() capacity.TenantBounds { b := acme; b.SharedKeys = 1; return b }()}, 6, 1, "llm",
 			condRow{"Ready", "True", "Active", `tenant "acme" in tier "premium" may hold 6 requests in flight; 1 of its API keys also belong to another tenant and are ignored`}},
-		"tier missing": {quotaView{TierMissing: true, Tenant: TenantBounds{Tenant: "acme", Tier: "gold", TierNotFound: true}}, 0, 0, "",
+		"tier missing": {quotaView{TierMissing: true, Tenant: capacity.TenantBounds{Tenant: "acme", Tier: "gold", TierNotFound: true}}, 0, 0, "",
 			condRow{"Ready", "False", "TierNotFound", `ServiceTier "gold" does not exist; tenant "acme" is in no policy`}},
-		"pool missing": {quotaView{PoolMissing: true, Tenant: TenantBounds{Tenant: "acme", Tier: "premium"}}, 0, 0, "",
+		"pool missing": {quotaView{PoolMissing: true, Tenant: capacity.TenantBounds{Tenant: "acme", Tier: "premium"}}, 0, 0, "",
 			condRow{"Ready", "False", "PoolNotFound", `the ModelPool of ServiceTier "premium" does not exist; tenant "acme" is in no policy`}},
-		"duplicate": {quotaView{Pool: "llm", Tenant: TenantBounds{Tenant: "acme", Tier: "premium", Duplicate: true, DuplicateOf: "acme-old"}}, 0, 0, "llm",
+		"duplicate": {quotaView{Pool: "llm", Tenant: capacity.TenantBounds{Tenant: "acme", Tier: "premium", Duplicate: true, DuplicateOf: "acme-old"}}, 0, 0, "llm",
 			condRow{"Ready", "False", "DuplicateTenant", `TenantQuota "acme-old", created earlier, already places tenant "acme"; this one is ignored`}},
-		"secret missing": {quotaView{Pool: "llm", Tenant: TenantBounds{Tenant: "acme", Tier: "premium", EffectiveLimit: 6}, SecretName: "keys", SecretMissing: true}, 6, 0, "llm",
+		"secret missing": {quotaView{Pool: "llm", Tenant: capacity.TenantBounds{Tenant: "acme", Tier: "premium", EffectiveLimit: 6}, SecretName: "keys", SecretMissing: true}, 6, 0, "llm",
 			condRow{"Ready", "False", "SecretNotFound", `Secret "keys" does not exist; tenant "acme" is in the policy with no API keys`}},
 		"secret key missing": {quotaView{Pool: "llm", Tenant: acme, SecretName: "keys", KeysMissing: []string{"k3"}}, 6, 2, "llm",
 			condRow{"Ready", "False", "SecretKeyMissing", `Secret "keys" has no non-empty key k3; the other 2 keys are in force`}},

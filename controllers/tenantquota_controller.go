@@ -8,10 +8,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
-	ctrl "sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tiergate/tiergate/api/v1alpha1"
+	"github.com/tiergate/tiergate/capacity"
 )
 
 // QuotaReconciler writes the status of TenantQuotas whose ServiceTier does
@@ -19,26 +20,27 @@ import (
 // pool, and the PoolReconciler writes its status, so each quota has exactly
 // one writer.
 type QuotaReconciler struct {
-	Client ctrl.Client
+	Client client.Client
 	Clock  clock.PassiveClock
 }
 
 // Reconcile implements reconcile.Reconciler.
-func (r *QuotaReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+func (r *QuotaReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	now := metav1.NewTime(r.Clock.Now().Truncate(time.Second))
 	var q v1alpha1.TenantQuota
 	if err := r.Client.Get(ctx, req.NamespacedName, &q); err != nil {
-		return reconcile.Result{}, ctrl.IgnoreNotFound(err)
+		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	var tier v1alpha1.ServiceTier
 	err := r.Client.Get(ctx, types.NamespacedName{Namespace: q.Namespace, Name: q.Spec.TierRef.Name}, &tier)
 	switch {
 	case err == nil:
-		return reconcile.Result{}, nil // the pool reconciler owns this quota's status
+		return ctrl.Result{}, nil // the pool reconciler owns this quota's status
 	case !apierrors.IsNotFound(err):
-		return reconcile.Result{}, err
+		return ctrl.Result{}, err
 	}
-	now := metav1.NewTime(r.Clock.Now().Truncate(time.Second))
 	st := desiredQuotaStatus(q.Status, quotaView{Generation: q.Generation, TierMissing: true,
-		Tenant: TenantBounds{QuotaName: q.Name, Tenant: q.Spec.Tenant, Tier: q.Spec.TierRef.Name, TierNotFound: true}}, now)
-	return reconcile.Result{}, patchQuotaStatus(ctx, r.Client, &q, st)
+		Tenant: capacity.TenantBounds{QuotaName: q.Name, Tenant: q.Spec.Tenant, Tier: q.Spec.TierRef.Name, TierNotFound: true}}, now)
+	_, err = patchStatus(ctx, r.Client, &q, &q.Status, st)
+	return ctrl.Result{}, client.IgnoreNotFound(err)
 }

@@ -5,7 +5,7 @@
 // It reads ModelPool, ServiceTier and TenantQuota documents with the API
 // types and the scheme's strict decoder, applies the CRD defaults that the
 // API server would, and computes the bounds with the controller's own code
-// (controllers.ComputeBounds, one dispatcher in Local mode). The traffic is a
+// (capacity.ComputeBounds, one dispatcher in Local mode). The traffic is a
 // Load document (load.go). The requests go through the real
 // dispatcher/queue, driven by a fake clock in discrete events: arrivals,
 // completions, client timeouts, retries after Retry-After, replica changes

@@ -13,7 +13,7 @@ import (
 	"github.com/go-logr/logr"
 	clocktesting "k8s.io/utils/clock/testing"
 
-	"github.com/tiergate/tiergate/controllers"
+	"github.com/tiergate/tiergate/capacity"
 	"github.com/tiergate/tiergate/dispatcher/policy"
 	"github.com/tiergate/tiergate/dispatcher/queue"
 )
@@ -169,8 +169,8 @@ type engine struct {
 
 	tiers    map[string]*tierState
 	tenants  []*tenantState
-	bounds   controllers.Bounds // in force
-	first    controllers.Bounds // at the Load's replicas
+	bounds   capacity.Bounds // in force
+	first    capacity.Bounds // at the Load's replicas
 	version  int64
 	slots    int
 	inflight int
@@ -345,7 +345,7 @@ func (e *engine) setup() error {
 
 // computeBounds runs the controller's computation for one dispatcher in
 // Local mode.
-func (e *engine) computeBounds(replicas int32) (controllers.Bounds, error) {
+func (e *engine) computeBounds(replicas int32) (capacity.Bounds, error) {
 	backends := make([]policy.Backend, replicas)
 	port := e.in.Pool.Spec.Backend.Port
 	if port == 0 {
@@ -354,7 +354,7 @@ func (e *engine) computeBounds(replicas int32) (controllers.Bounds, error) {
 	for i := range backends {
 		backends[i] = policy.Backend{Address: fmt.Sprintf("10.%d.%d.%d:%d", (i>>16)&255, (i>>8)&255, i&255, port), Scheme: e.in.Pool.Spec.Backend.Scheme}
 	}
-	b, err := controllers.ComputeBounds(controllers.BoundsInput{
+	b, err := capacity.ComputeBounds(capacity.BoundsInput{
 		Pool:          e.in.Pool,
 		ReadyReplicas: replicas,
 		Tiers:         e.in.Tiers,
@@ -372,7 +372,7 @@ func (e *engine) computeBounds(replicas int32) (controllers.Bounds, error) {
 }
 
 // applyPolicy pushes b's policy to the queue, as the controller would.
-func (e *engine) applyPolicy(b controllers.Bounds, replicas int32) error {
+func (e *engine) applyPolicy(b capacity.Bounds, replicas int32) error {
 	pol := b.PolicyFor(0)
 	e.version++
 	pol.Version = e.version
@@ -884,7 +884,7 @@ func (e *engine) finish() *Result {
 	return res
 }
 
-func maxWaitOf(b controllers.Bounds, tier string) time.Duration {
+func maxWaitOf(b capacity.Bounds, tier string) time.Duration {
 	for _, t := range b.Tiers {
 		if t.Name == tier {
 			return t.MaxWait

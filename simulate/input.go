@@ -20,7 +20,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/tiergate/tiergate/api/v1alpha1"
-	"github.com/tiergate/tiergate/controllers"
+	"github.com/tiergate/tiergate/capacity"
 )
 
 // Sentinel errors of the input stage, matched with errors.Is.
@@ -225,26 +225,9 @@ func defaultPool(p *v1alpha1.ModelPool, raw map[string]any) error {
 	spec, _ := raw["spec"].(map[string]any)
 	s := &p.Spec
 	if _, set := spec["ageing"]; !set {
-		s.Ageing.Rate = &metav1.Duration{Duration: controllers.DefaultAgeingRate}
+		s.Ageing.Rate = &metav1.Duration{Duration: capacity.DefaultAgeingRate}
 	}
-	if s.Authentication.Mode == "" {
-		s.Authentication.Mode = v1alpha1.AuthTrustedHeader
-	}
-	if s.Authentication.HeaderName == "" {
-		s.Authentication.HeaderName = "X-Tenant-ID"
-	}
-	if s.SharedState == "" {
-		s.SharedState = v1alpha1.SharedStateLocal
-	}
-	if s.ServiceTime.Source == "" {
-		s.ServiceTime.Source = v1alpha1.ServiceTimeDeclared
-	}
-	if s.Backend.Scheme == "" {
-		s.Backend.Scheme = "http"
-	}
-	if s.Dispatchers.AdminPort == 0 {
-		s.Dispatchers.AdminPort = 9090
-	}
+	capacity.ApplyDefaults(s)
 
 	var errs []string
 	if s.ConcurrencyPerReplica < 1 {

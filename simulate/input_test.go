@@ -255,7 +255,9 @@ func TestReadKeepsThePoolsObjects(t *testing.T) {
 // TestDefaultsMatchTheCRD applies the API server's own structural
 // defaulting, from the generated CRD, to a minimal ModelPool and compares
 // it with what Read produces: the simulator must see the object the
-// controller would see.
+// controller would see. Read's defaults are capacity.ApplyDefaults and
+// capacity.DefaultAgeingRate, the ones ComputeBounds applies for the
+// controller, so this pins that single source to the CRD.
 func TestDefaultsMatchTheCRD(t *testing.T) {
 	raw, err := os.ReadFile("../config/crd/bases/tiergate.dev_modelpools.yaml")
 	if err != nil {

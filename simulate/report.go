@@ -11,14 +11,14 @@ import (
 	"time"
 
 	"github.com/tiergate/tiergate/api/v1alpha1"
-	"github.com/tiergate/tiergate/controllers"
+	"github.com/tiergate/tiergate/capacity"
 )
 
 // HorizonWarning is what simulate prints when the ModelPool would carry the
 // controller's AgeingHorizonExceedsClientTimeout condition: the condition
 // type, then the controller's own condition message.
-func HorizonWarning(pool controllers.PoolBounds) string {
-	return v1alpha1.ModelPoolAgeingHorizonExceedsClientTimeout + ": " + controllers.HorizonMessage(pool)
+func HorizonWarning(pool capacity.PoolBounds) string {
+	return v1alpha1.ModelPoolAgeingHorizonExceedsClientTimeout + ": " + capacity.HorizonMessage(pool)
 }
 
 // warnings lists what the user should know about the configuration and the

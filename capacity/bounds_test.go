@@ -1,4 +1,4 @@
-package controllers
+package capacity
 
 import (
 	"errors"
@@ -8,70 +8,13 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
 	"github.com/tiergate/tiergate/api/v1alpha1"
+	seed "github.com/tiergate/tiergate/capacity/capacitytest"
 	"github.com/tiergate/tiergate/dispatcher/policy"
 )
-
-func dur(d time.Duration) *metav1.Duration { return &metav1.Duration{Duration: d} }
-
-// seedPool is the seed's worked example: R=6 (passed separately), C=4, S=6s,
-// starvation bound 120s over 20 points.
-func seedPool(mut ...func(*v1alpha1.ModelPool)) *v1alpha1.ModelPool {
-	p := &v1alpha1.ModelPool{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "llm"},
-		Spec: v1alpha1.ModelPoolSpec{
-			DeploymentRef:         v1alpha1.LocalObjectReference{Name: "vllm"},
-			ConcurrencyPerReplica: 4,
-			ServiceTime:           v1alpha1.ServiceTime{Mean: metav1.Duration{Duration: 6 * time.Second}, Source: v1alpha1.ServiceTimeDeclared},
-			Ageing:                v1alpha1.Ageing{StarvationBound: dur(120 * time.Second)},
-			Backend:               v1alpha1.Backend{Port: 8000, Scheme: "http"},
-			Authentication:        v1alpha1.Authentication{Mode: v1alpha1.AuthTrustedHeader, HeaderName: "X-Tenant-ID"},
-			SharedState:           v1alpha1.SharedStateLocal,
-			DefaultTier:           "free",
-			ExemptPaths:           []string{"/health"},
-		},
-	}
-	for _, m := range mut {
-		m(p)
-	}
-	return p
-}
-
-func withClientTimeout(d time.Duration) func(*v1alpha1.ModelPool) {
-	return func(p *v1alpha1.ModelPool) { p.Spec.ClientTimeout = dur(d) }
-}
-
-func tier(name string, base int32, wait time.Duration, share string) v1alpha1.ServiceTier {
-	return v1alpha1.ServiceTier{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name},
-		Spec: v1alpha1.ServiceTierSpec{
-			PoolRef:       v1alpha1.LocalObjectReference{Name: "llm"},
-			BasePriority:  base,
-			TolerableWait: metav1.Duration{Duration: wait},
-			TenantShare:   resource.MustParse(share),
-		},
-	}
-}
-
-func seedTiers() []v1alpha1.ServiceTier {
-	// Deliberately out of order: the output is sorted by base priority.
-	return []v1alpha1.ServiceTier{
-		tier("free", 20, 60*time.Second, "0.04"),
-		tier("premium", 0, 5*time.Second, "0.25"),
-		tier("standard", 10, 20*time.Second, "0.10"),
-	}
-}
-
-func quota(name, tenant, tierName string, maxConc *int32) v1alpha1.TenantQuota {
-	return v1alpha1.TenantQuota{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name},
-		Spec:       v1alpha1.TenantQuotaSpec{Tenant: tenant, TierRef: v1alpha1.LocalObjectReference{Name: tierName}, MaxConcurrency: maxConc},
-	}
-}
 
 // tierRow is the part of TierBounds the tables compare.
 type tierRow struct {
@@ -108,7 +51,7 @@ func TestComputeBoundsPoolAndTiers(t *testing.T) {
 		wantTiers []tierRow
 	}{
 		"seed example, no client timeout": {
-			pool: seedPool(), replicas: 6, tiers: seedTiers(),
+			pool: seed.Pool(), replicas: 6, tiers: seed.Tiers(),
 			wantPool: poolRow{24, 4, "4", 6 * time.Second, 6 * time.Second, 120 * time.Second, false, false, 340},
 			// maxWait = ageing×(base−0) + 340×6s/24 + 6s = ageing + 85s + 6s.
 			wantTiers: []tierRow{
@@ -118,7 +61,7 @@ func TestComputeBoundsPoolAndTiers(t *testing.T) {
 			},
 		},
 		"seed example, client timeout 30s caps free at 120 and flags the horizon": {
-			pool: seedPool(withClientTimeout(30 * time.Second)), replicas: 6, tiers: seedTiers(),
+			pool: seed.Pool(seed.WithClientTimeout(30 * time.Second)), replicas: 6, tiers: seed.Tiers(),
 			wantPool: poolRow{24, 4, "4", 6 * time.Second, 6 * time.Second, 120 * time.Second, true, false, 220},
 			// ΣL = 220, drained at 4/s in 55s.
 			wantTiers: []tierRow{
@@ -128,10 +71,10 @@ func TestComputeBoundsPoolAndTiers(t *testing.T) {
 			},
 		},
 		"explicit rate 6s equals the starvation bound": {
-			pool: seedPool(func(p *v1alpha1.ModelPool) {
-				p.Spec.Ageing = v1alpha1.Ageing{Rate: dur(6 * time.Second)}
-				p.Spec.ClientTimeout = dur(180 * time.Second)
-			}), replicas: 6, tiers: seedTiers(),
+			pool: seed.Pool(func(p *v1alpha1.ModelPool) {
+				p.Spec.Ageing = v1alpha1.Ageing{Rate: seed.Duration(6 * time.Second)}
+				p.Spec.ClientTimeout = seed.Duration(180 * time.Second)
+			}), replicas: 6, tiers: seed.Tiers(),
 			wantPool: poolRow{24, 4, "4", 6 * time.Second, 6 * time.Second, 120 * time.Second, false, false, 340},
 			wantTiers: []tierRow{
 				{"premium", 20, 6, 5, 91 * time.Second, false, false},
@@ -140,7 +83,7 @@ func TestComputeBoundsPoolAndTiers(t *testing.T) {
 			},
 		},
 		"zero ready replicas: P=0, μ=0, every bound floored at 1, no wait promised": {
-			pool: seedPool(withClientTimeout(30 * time.Second)), replicas: 0, tiers: seedTiers(),
+			pool: seed.Pool(seed.WithClientTimeout(30 * time.Second)), replicas: 0, tiers: seed.Tiers(),
 			wantPool: poolRow{0, 0, "0", 6 * time.Second, 6 * time.Second, 120 * time.Second, true, true, 3},
 			wantTiers: []tierRow{
 				{"premium", 1, 1, 1, 0, false, true},
@@ -149,34 +92,34 @@ func TestComputeBoundsPoolAndTiers(t *testing.T) {
 			},
 		},
 		"a share that rounds to zero gives 1, never 0": {
-			pool: seedPool(), replicas: 6,
-			tiers: []v1alpha1.ServiceTier{tier("tiny", 0, 5*time.Second, "0.01")},
+			pool: seed.Pool(), replicas: 6,
+			tiers: []v1alpha1.ServiceTier{seed.Tier("tiny", 0, 5*time.Second, "0.01")},
 			// 24×0.01 = 0.24 and 20×0.01 = 0.2 both floor to 0 and become 1.
 			wantPool:  poolRow{24, 4, "4", 6 * time.Second, 120 * time.Second, 0, false, false, 20},
 			wantTiers: []tierRow{{"tiny", 1 * 20, 1, 1, 20*6*time.Second/24 + 6*time.Second, false, false}},
 		},
 		"exact arithmetic: floor(3/0.7s × 0.7s) is 3 (float64 says 2)": {
-			pool: seedPool(func(p *v1alpha1.ModelPool) {
+			pool: seed.Pool(func(p *v1alpha1.ModelPool) {
 				p.Spec.ConcurrencyPerReplica = 1
 				p.Spec.ServiceTime.Mean.Duration = 700 * time.Millisecond
-				p.Spec.Ageing = v1alpha1.Ageing{Rate: dur(time.Second)}
+				p.Spec.Ageing = v1alpha1.Ageing{Rate: seed.Duration(time.Second)}
 			}), replicas: 3,
-			tiers:     []v1alpha1.ServiceTier{tier("only", 0, 700*time.Millisecond, "1")},
+			tiers:     []v1alpha1.ServiceTier{seed.Tier("only", 0, 700*time.Millisecond, "1")},
 			wantPool:  poolRow{3, 3.0 / 0.7, "4.286", 700 * time.Millisecond, time.Second, 0, false, false, 3},
 			wantTiers: []tierRow{{"only", 3, 3, 3, 700*time.Millisecond + 700*time.Millisecond, false, false}},
 		},
 		"exact share: floor(100 × 0.29) is 29 (float64 says 28)": {
-			pool: seedPool(func(p *v1alpha1.ModelPool) {
+			pool: seed.Pool(func(p *v1alpha1.ModelPool) {
 				p.Spec.ConcurrencyPerReplica = 100
 				p.Spec.ServiceTime.Mean.Duration = time.Second
 			}), replicas: 1,
-			tiers:     []v1alpha1.ServiceTier{tier("only", 0, time.Second, "0.29")},
+			tiers:     []v1alpha1.ServiceTier{seed.Tier("only", 0, time.Second, "0.29")},
 			wantPool:  poolRow{100, 100, "100", time.Second, 120 * time.Second, 0, false, false, 100},
 			wantTiers: []tierRow{{"only", 100, 29, 29, 2 * time.Second, false, false}},
 		},
 		"starvation bound with all bases equal uses the bound itself as the rate": {
-			pool: seedPool(), replicas: 6,
-			tiers: []v1alpha1.ServiceTier{tier("a", 5, 5*time.Second, "0.5"), tier("b", 5, 5*time.Second, "0.5")},
+			pool: seed.Pool(), replicas: 6,
+			tiers: []v1alpha1.ServiceTier{seed.Tier("a", 5, 5*time.Second, "0.5"), seed.Tier("b", 5, 5*time.Second, "0.5")},
 			// ΣL = 40 drained at 4/s = 10s, + S.
 			wantPool: poolRow{24, 4, "4", 6 * time.Second, 120 * time.Second, 0, false, false, 40},
 			wantTiers: []tierRow{
@@ -185,21 +128,21 @@ func TestComputeBoundsPoolAndTiers(t *testing.T) {
 			},
 		},
 		"no ageing set defaults to 6s": {
-			pool:     seedPool(func(p *v1alpha1.ModelPool) { p.Spec.Ageing = v1alpha1.Ageing{} }),
-			replicas: 6, tiers: seedTiers()[1:2],
+			pool:     seed.Pool(func(p *v1alpha1.ModelPool) { p.Spec.Ageing = v1alpha1.Ageing{} }),
+			replicas: 6, tiers: seed.Tiers()[1:2],
 			wantPool:  poolRow{24, 4, "4", 6 * time.Second, 6 * time.Second, 0, false, false, 20},
 			wantTiers: []tierRow{{"premium", 20, 6, 5, 11 * time.Second, false, false}},
 		},
 		"measured service time replaces the declared mean": {
-			pool: seedPool(func(p *v1alpha1.ModelPool) { p.Spec.ServiceTime.Source = v1alpha1.ServiceTimeMeasured }),
+			pool: seed.Pool(func(p *v1alpha1.ModelPool) { p.Spec.ServiceTime.Source = v1alpha1.ServiceTimeMeasured }),
 			// S = 3s doubles μ to 8/s and the bounds with it.
-			replicas: 6, tiers: seedTiers()[1:2], observed: 3 * time.Second,
+			replicas: 6, tiers: seed.Tiers()[1:2], observed: 3 * time.Second,
 			wantPool:  poolRow{24, 8, "8", 3 * time.Second, 120 * time.Second, 0, false, false, 40},
 			wantTiers: []tierRow{{"premium", 40, 6, 10, 8 * time.Second, false, false}},
 		},
 		"declared source ignores an observed service time": {
-			pool:     seedPool(),
-			replicas: 6, tiers: seedTiers()[1:2], observed: 3 * time.Second,
+			pool:     seed.Pool(),
+			replicas: 6, tiers: seed.Tiers()[1:2], observed: 3 * time.Second,
 			wantPool:  poolRow{24, 4, "4", 6 * time.Second, 120 * time.Second, 0, false, false, 20},
 			wantTiers: []tierRow{{"premium", 20, 6, 5, 11 * time.Second, false, false}},
 		},
@@ -236,13 +179,13 @@ func TestComputeBoundsPoolAndTiers(t *testing.T) {
 func TestComputeBoundsSeedPolicy(t *testing.T) {
 	hashes := map[string][]string{"acme": {"bb", "aa"}}
 	in := BoundsInput{
-		Pool:          seedPool(withClientTimeout(30 * time.Second)),
+		Pool:          seed.Pool(seed.WithClientTimeout(30 * time.Second)),
 		ReadyReplicas: 6,
-		Tiers:         seedTiers(),
+		Tiers:         seed.Tiers(),
 		Quotas: []v1alpha1.TenantQuota{
-			quota("zeta", "zeta-corp", "free", nil),
-			quota("acme", "acme", "premium", ptr.To[int32](10)),
-			quota("globex", "globex", "standard", nil),
+			seed.Quota("zeta", "zeta-corp", "free", nil),
+			seed.Quota("acme", "acme", "premium", ptr.To[int32](10)),
+			seed.Quota("globex", "globex", "standard", nil),
 		},
 		Dispatchers:  1,
 		Backends:     []policy.Backend{{Address: "10.0.0.7:8000", Scheme: "http"}},
@@ -299,7 +242,7 @@ func TestComputeBoundsSeedPolicy(t *testing.T) {
 }
 
 func TestComputeBoundsZeroReplicasPolicy(t *testing.T) {
-	got, err := ComputeBounds(BoundsInput{Pool: seedPool(), ReadyReplicas: 0, Tiers: seedTiers(), Dispatchers: 2})
+	got, err := ComputeBounds(BoundsInput{Pool: seed.Pool(), ReadyReplicas: 0, Tiers: seed.Tiers(), Dispatchers: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -375,15 +318,15 @@ func TestComputeBoundsSplit(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			pool := seedPool(withClientTimeout(30 * time.Second))
+			pool := seed.Pool(seed.WithClientTimeout(30 * time.Second))
 			wantState := policy.StateLocal
 			if tc.redis {
 				pool.Spec.SharedState = v1alpha1.SharedStateRedis
 				wantState = policy.StateRedis
 			}
 			got, err := ComputeBounds(BoundsInput{
-				Pool: pool, ReadyReplicas: 6, Tiers: seedTiers(), Dispatchers: tc.dispatchers,
-				Quotas: []v1alpha1.TenantQuota{quota("acme", "acme", "premium", ptr.To[int32](10))},
+				Pool: pool, ReadyReplicas: 6, Tiers: seed.Tiers(), Dispatchers: tc.dispatchers,
+				Quotas: []v1alpha1.TenantQuota{seed.Quota("acme", "acme", "premium", ptr.To[int32](10))},
 			})
 			if err != nil {
 				t.Fatal(err)
@@ -424,7 +367,7 @@ func TestComputeBoundsSplitSumsExactly(t *testing.T) {
 	// at most one, and no bound or limit is ever below 1.
 	for r := int32(0); r <= 9; r++ {
 		for n := 1; n <= 12; n++ {
-			got, err := ComputeBounds(BoundsInput{Pool: seedPool(withClientTimeout(30 * time.Second)), ReadyReplicas: r, Tiers: seedTiers(), Dispatchers: n})
+			got, err := ComputeBounds(BoundsInput{Pool: seed.Pool(seed.WithClientTimeout(30 * time.Second)), ReadyReplicas: r, Tiers: seed.Tiers(), Dispatchers: n})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -448,9 +391,9 @@ func TestComputeBoundsSplitSumsExactly(t *testing.T) {
 func TestComputeBoundsTenants(t *testing.T) {
 	older := metav1.NewTime(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	newer := metav1.NewTime(older.Add(time.Hour))
-	dupOld := quota("b-first", "acme", "premium", nil)
+	dupOld := seed.Quota("b-first", "acme", "premium", nil)
 	dupOld.CreationTimestamp = older
-	dupNew := quota("a-second", "acme", "standard", nil)
+	dupNew := seed.Quota("a-second", "acme", "standard", nil)
 	dupNew.CreationTimestamp = newer
 	tests := map[string]struct {
 		quotas      []v1alpha1.TenantQuota
@@ -458,7 +401,7 @@ func TestComputeBoundsTenants(t *testing.T) {
 		wantPolicy  []policy.Tenant
 	}{
 		"a quota whose tier is missing is reported and left out": {
-			quotas: []v1alpha1.TenantQuota{quota("q1", "initech", "gold", nil), quota("q2", "acme", "free", nil)},
+			quotas: []v1alpha1.TenantQuota{seed.Quota("q1", "initech", "gold", nil), seed.Quota("q2", "acme", "free", nil)},
 			wantTenants: []TenantBounds{
 				{QuotaName: "q1", Tenant: "initech", Tier: "gold", TierNotFound: true},
 				{QuotaName: "q2", Tenant: "acme", Tier: "free", EffectiveLimit: 1},
@@ -466,7 +409,7 @@ func TestComputeBoundsTenants(t *testing.T) {
 			wantPolicy: []policy.Tenant{{ID: "acme", Tier: "free"}},
 		},
 		"an override replaces the share-derived limit, even below it": {
-			quotas: []v1alpha1.TenantQuota{quota("q", "acme", "premium", ptr.To[int32](2))},
+			quotas: []v1alpha1.TenantQuota{seed.Quota("q", "acme", "premium", ptr.To[int32](2))},
 			wantTenants: []TenantBounds{
 				{QuotaName: "q", Tenant: "acme", Tier: "premium", EffectiveLimit: 2},
 			},
@@ -482,11 +425,11 @@ func TestComputeBoundsTenants(t *testing.T) {
 		},
 		"a duplicate whose tier is missing does not take the tenant": {
 			quotas: []v1alpha1.TenantQuota{func() v1alpha1.TenantQuota {
-				q := quota("a-old", "acme", "gold", nil)
+				q := seed.Quota("a-old", "acme", "gold", nil)
 				q.CreationTimestamp = older
 				return q
 			}(), func() v1alpha1.TenantQuota {
-				q := quota("b-new", "acme", "free", nil)
+				q := seed.Quota("b-new", "acme", "free", nil)
 				q.CreationTimestamp = newer
 				return q
 			}()},
@@ -499,7 +442,7 @@ func TestComputeBoundsTenants(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			got, err := ComputeBounds(BoundsInput{Pool: seedPool(), ReadyReplicas: 6, Tiers: seedTiers(), Quotas: tc.quotas, Dispatchers: 1})
+			got, err := ComputeBounds(BoundsInput{Pool: seed.Pool(), ReadyReplicas: 6, Tiers: seed.Tiers(), Quotas: tc.quotas, Dispatchers: 1})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -524,7 +467,7 @@ func TestComputeBoundsAuthentication(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			got, err := ComputeBounds(BoundsInput{Pool: seedPool(func(p *v1alpha1.ModelPool) { p.Spec.Authentication = tc.auth }), ReadyReplicas: 1, Tiers: seedTiers(), Dispatchers: 1})
+			got, err := ComputeBounds(BoundsInput{Pool: seed.Pool(func(p *v1alpha1.ModelPool) { p.Spec.Authentication = tc.auth }), ReadyReplicas: 1, Tiers: seed.Tiers(), Dispatchers: 1})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -536,7 +479,7 @@ func TestComputeBoundsAuthentication(t *testing.T) {
 }
 
 func TestComputeBoundsNoDispatchers(t *testing.T) {
-	got, err := ComputeBounds(BoundsInput{Pool: seedPool(), ReadyReplicas: 6, Tiers: seedTiers()})
+	got, err := ComputeBounds(BoundsInput{Pool: seed.Pool(), ReadyReplicas: 6, Tiers: seed.Tiers()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -552,35 +495,35 @@ func TestComputeBoundsInvalidInput(t *testing.T) {
 	}{
 		"no pool": {BoundsInput{}, "invalid bounds input: no pool"},
 		"zero concurrency per replica": {
-			BoundsInput{Pool: seedPool(func(p *v1alpha1.ModelPool) { p.Spec.ConcurrencyPerReplica = 0 }), ReadyReplicas: 1},
+			BoundsInput{Pool: seed.Pool(func(p *v1alpha1.ModelPool) { p.Spec.ConcurrencyPerReplica = 0 }), ReadyReplicas: 1},
 			"invalid bounds input: spec.concurrencyPerReplica: 0 must be at least 1",
 		},
 		"zero service time": {
-			BoundsInput{Pool: seedPool(func(p *v1alpha1.ModelPool) { p.Spec.ServiceTime.Mean.Duration = 0 }), ReadyReplicas: 1},
+			BoundsInput{Pool: seed.Pool(func(p *v1alpha1.ModelPool) { p.Spec.ServiceTime.Mean.Duration = 0 }), ReadyReplicas: 1},
 			"invalid bounds input: spec.serviceTime.mean: 0s must be greater than 0",
 		},
 		"both ageing fields": {
-			BoundsInput{Pool: seedPool(func(p *v1alpha1.ModelPool) { p.Spec.Ageing.Rate = dur(time.Second) }), ReadyReplicas: 1},
+			BoundsInput{Pool: seed.Pool(func(p *v1alpha1.ModelPool) { p.Spec.Ageing.Rate = seed.Duration(time.Second) }), ReadyReplicas: 1},
 			"invalid bounds input: spec.ageing: set exactly one of rate and starvationBound",
 		},
 		"negative replicas and dispatchers": {
-			BoundsInput{Pool: seedPool(), ReadyReplicas: -1, Dispatchers: -2},
+			BoundsInput{Pool: seed.Pool(), ReadyReplicas: -1, Dispatchers: -2},
 			"invalid bounds input: readyReplicas: -1 must not be negative; dispatchers: -2 must not be negative",
 		},
 		"share above 1 and zero wait": {
-			BoundsInput{Pool: seedPool(), ReadyReplicas: 1, Tiers: []v1alpha1.ServiceTier{tier("x", 0, 0, "1.5")}},
+			BoundsInput{Pool: seed.Pool(), ReadyReplicas: 1, Tiers: []v1alpha1.ServiceTier{seed.Tier("x", 0, 0, "1.5")}},
 			`invalid bounds input: tier "x": spec.tolerableWait 0s must be greater than 0; tier "x": spec.tenantShare 1500m must be greater than 0 and at most 1`,
 		},
 		"tier listed twice": {
-			BoundsInput{Pool: seedPool(), ReadyReplicas: 1, Tiers: []v1alpha1.ServiceTier{tier("x", 0, time.Second, "1"), tier("x", 1, time.Second, "1")}},
+			BoundsInput{Pool: seed.Pool(), ReadyReplicas: 1, Tiers: []v1alpha1.ServiceTier{seed.Tier("x", 0, time.Second, "1"), seed.Tier("x", 1, time.Second, "1")}},
 			`invalid bounds input: tier "x": listed twice`,
 		},
 		"zero override": {
-			BoundsInput{Pool: seedPool(), ReadyReplicas: 1, Quotas: []v1alpha1.TenantQuota{quota("q", "t", "x", ptr.To[int32](0))}},
+			BoundsInput{Pool: seed.Pool(), ReadyReplicas: 1, Quotas: []v1alpha1.TenantQuota{seed.Quota("q", "t", "x", ptr.To[int32](0))}},
 			`invalid bounds input: quota "q": spec.maxConcurrency 0 must be at least 1`,
 		},
 		"pool too large for int32": {
-			BoundsInput{Pool: seedPool(func(p *v1alpha1.ModelPool) { p.Spec.ConcurrencyPerReplica = 1 << 30 }), ReadyReplicas: 4},
+			BoundsInput{Pool: seed.Pool(func(p *v1alpha1.ModelPool) { p.Spec.ConcurrencyPerReplica = 1 << 30 }), ReadyReplicas: 4},
 			"invalid bounds input: readyReplicas × concurrencyPerReplica = 4294967296 exceeds 2147483647",
 		},
 	}
@@ -598,8 +541,8 @@ func TestComputeBoundsInvalidInput(t *testing.T) {
 }
 
 func TestComputeBoundsDefaultTierMissing(t *testing.T) {
-	pool := seedPool(func(p *v1alpha1.ModelPool) { p.Spec.DefaultTier = "bronze" })
-	got, err := ComputeBounds(BoundsInput{Pool: pool, ReadyReplicas: 6, Tiers: seedTiers(), Dispatchers: 1})
+	pool := seed.Pool(func(p *v1alpha1.ModelPool) { p.Spec.DefaultTier = "bronze" })
+	got, err := ComputeBounds(BoundsInput{Pool: pool, ReadyReplicas: 6, Tiers: seed.Tiers(), Dispatchers: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -613,8 +556,8 @@ func TestComputeBoundsSharedKeys(t *testing.T) {
 	// other loses it, since a key that names two tenants is refused by
 	// policy validation.
 	got, err := ComputeBounds(BoundsInput{
-		Pool: seedPool(), ReadyReplicas: 6, Tiers: seedTiers(), Dispatchers: 1,
-		Quotas:       []v1alpha1.TenantQuota{quota("q-b", "bravo", "free", nil), quota("q-a", "alpha", "free", nil)},
+		Pool: seed.Pool(), ReadyReplicas: 6, Tiers: seed.Tiers(), Dispatchers: 1,
+		Quotas:       []v1alpha1.TenantQuota{seed.Quota("q-b", "bravo", "free", nil), seed.Quota("q-a", "alpha", "free", nil)},
 		APIKeyHashes: map[string][]string{"q-a": {"k1", "k1"}, "q-b": {"k2", "k1"}},
 	})
 	if err != nil {

@@ -1,0 +1,192 @@
+package capacity
+
+import (
+	"errors"
+	"time"
+
+	"github.com/tiergate/tiergate/api/v1alpha1"
+	"github.com/tiergate/tiergate/dispatcher/policy"
+)
+
+// ErrInvalidInput is wrapped by every error ComputeBounds returns.
+var ErrInvalidInput = errors.New("invalid bounds input")
+
+// BoundsInput is everything the computation depends on.
+type BoundsInput struct {
+	// Pool supplies the spec and, through Namespace/Name, the policy's pool
+	// name. Its status is not read.
+	Pool *v1alpha1.ModelPool
+	// ReadyReplicas is R.
+	ReadyReplicas int32
+	// Tiers are the pool's ServiceTiers, in any order.
+	Tiers []v1alpha1.ServiceTier
+	// Quotas are TenantQuotas; one whose tier is not among Tiers is
+	// reported TierNotFound and left out of the policies.
+	Quotas []v1alpha1.TenantQuota
+	// Dispatchers is the number of dispatcher pods that receive a policy;
+	// 0 yields no Policies.
+	Dispatchers int
+	// ObservedServiceTime replaces spec.serviceTime.mean when the source is
+	// Measured and it is positive.
+	ObservedServiceTime time.Duration
+	// Backends are the Ready model pods, copied into every Policy.
+	Backends []policy.Backend
+	// APIKeyHashes maps a TenantQuota's name to the SHA-256 hashes (lowercase
+	// hex) of its API keys.
+	APIKeyHashes map[string][]string
+}
+
+// Bounds is the result: status values and the per-dispatcher policies.
+type Bounds struct {
+	Pool PoolBounds
+	// Tiers are sorted by basePriority, then name.
+	Tiers []TierBounds
+	// Tenants has one entry per input quota, sorted by quota name.
+	Tenants []TenantBounds
+	// Policies has one entry per dispatcher; their Version is 0.
+	Policies []policy.Policy
+}
+
+// PoolBounds are the pool-wide values of ModelPool status.
+type PoolBounds struct {
+	ReadyReplicas int32
+	// Concurrency is P = R × C.
+	Concurrency int32
+	// ServiceTime is the effective S.
+	ServiceTime time.Duration
+	// ServiceTimeSource is Declared or Measured (what S came from).
+	ServiceTimeSource v1alpha1.ServiceTimeSource
+	// ServiceRate is μ = P / S in requests per second.
+	ServiceRate float64
+	// ServiceRateString is μ as a decimal string with at most three
+	// decimals, for status.serviceRate.
+	ServiceRateString string
+	// AgeingRate is the waiting time worth one priority point.
+	AgeingRate time.Duration
+	// AgeingHorizon is AgeingRate × (max base − min base): how long the
+	// lowest tier can wait behind the highest.
+	AgeingHorizon time.Duration
+	// ClientTimeout is spec.clientTimeout, 0 when unset.
+	ClientTimeout time.Duration
+	// HorizonExceedsClientTimeout is true when ClientTimeout is set and
+	// AgeingHorizon is longer: the ageing guarantee is then void.
+	HorizonExceedsClientTimeout bool
+	// NoReadyReplicas is true when P is 0: nothing can be served.
+	NoReadyReplicas bool
+	// TotalQueueBound is Σ L over the tiers.
+	TotalQueueBound int64
+	// DefaultTierNotFound is true when spec.defaultTier names no tier; the
+	// policies then carry no default tier (unknown tenants are refused).
+	DefaultTierNotFound bool
+}
+
+// TierBounds are one tier's status values; all are pool-wide.
+type TierBounds struct {
+	Name          string
+	BasePriority  int32
+	TolerableWait time.Duration
+	// QueueBound is L = max(1, floor(μ × min(W, clientTimeout))).
+	QueueBound int32
+	// TenantConcurrencyLimit is max(1, floor(P × share)).
+	TenantConcurrencyLimit int32
+	// TenantQueueLimit is max(1, floor(L × share)).
+	TenantQueueLimit int32
+	// MaxWait is ageingRate × (base − base_min) + ΣL/μ + S, rounded up to
+	// the nanosecond. It is 0 when Unbounded.
+	MaxWait time.Duration
+	// Unbounded is true when P is 0: no wait can be promised.
+	Unbounded bool
+	// MaxWaitExceedsClientTimeout is true when clientTimeout is set and
+	// MaxWait is longer.
+	MaxWaitExceedsClientTimeout bool
+	// Guarantee states MaxWait and its conditions in words.
+	Guarantee string
+}
+
+// TenantBounds is one TenantQuota's outcome.
+type TenantBounds struct {
+	QuotaName string
+	Tenant    string
+	Tier      string
+	// EffectiveLimit is the pool-wide in-flight cap: maxConcurrency when set,
+	// else the tier's TenantConcurrencyLimit. 0 when the quota is not in
+	// force (TierNotFound or Duplicate).
+	EffectiveLimit int32
+	// TierNotFound is true when the quota's tier is not one of the pool's.
+	TierNotFound bool
+	// Duplicate is true when an older quota (by creation time, then name)
+	// already claims the same tenant ID; only that one is in force.
+	Duplicate bool
+	// DuplicateOf names the quota in force for the same tenant.
+	DuplicateOf string
+	// APIKeys is the number of key hashes given for this quota.
+	APIKeys int
+	// SharedKeys counts this quota's key hashes already claimed by another
+	// tenant (earlier by tenant ID); they are left out of its policy entry,
+	// because one key cannot name two tenants.
+	SharedKeys int
+}
+
+// PolicyFor returns dispatcher i's policy (0 <= i < len(b.Policies)). Its
+// Version is 0; the caller sets it.
+func (b Bounds) PolicyFor(i int) policy.Policy { return b.Policies[i] }
+
+// ComputeBounds derives the bounds of DESIGN.md section 4. Errors wrap
+// ErrInvalidInput. The input is not modified.
+func ComputeBounds(in BoundsInput) (Bounds, error) {
+	if err := validateInput(in); err != nil {
+		return Bounds{}, err
+	}
+	spec := in.Pool.Spec // ApplyDefaults writes only scalar fields of the copy
+	ApplyDefaults(&spec)
+	r, err := poolRates(&spec, in.ReadyReplicas, in.ObservedServiceTime)
+	if err != nil {
+		return Bounds{}, err
+	}
+	tiers := sortedTiers(in.Tiers)
+	out := Bounds{Pool: poolBounds(&spec, r, tiers)}
+	out.Tiers = tierBounds(r, tiers, out.Pool.ClientTimeout)
+	for _, tb := range out.Tiers {
+		out.Pool.TotalQueueBound += int64(tb.QueueBound)
+	}
+	stateMaxWaits(out.Tiers, out.Pool, r)
+
+	var live []liveTenant
+	out.Tenants, live = tenantBounds(in.Quotas, out.Tiers, in.APIKeyHashes)
+	defaultTier := spec.DefaultTier
+	if defaultTier != "" && !hasTier(out.Tiers, defaultTier) {
+		out.Pool.DefaultTierNotFound = true
+		defaultTier = ""
+	}
+
+	base := basePolicy(in.Pool, &spec, out.Pool, defaultTier)
+	out.Policies = splitPolicies(base, r, out.Tiers, live, in.Backends, in.Dispatchers)
+	return out, nil
+}
+
+// poolBounds are the pool-wide values; TotalQueueBound and
+// DefaultTierNotFound are set once the tiers are known.
+func poolBounds(spec *v1alpha1.ModelPoolSpec, r rates, tiers []v1alpha1.ServiceTier) PoolBounds {
+	var clientTimeout time.Duration
+	if spec.ClientTimeout != nil {
+		clientTimeout = spec.ClientTimeout.Duration
+	}
+	spread := baseSpread(tiers)
+	ageing := ageingRate(spec.Ageing, spread)
+	horizon := ageing * time.Duration(spread)
+	mu := r.serviceRate()
+	muF, _ := mu.Float64()
+	return PoolBounds{
+		ReadyReplicas:               r.replicas,
+		Concurrency:                 int32(r.concurrency),
+		ServiceTime:                 r.serviceTime,
+		ServiceTimeSource:           r.source,
+		ServiceRate:                 muF,
+		ServiceRateString:           decimalString(mu, 3),
+		AgeingRate:                  ageing,
+		AgeingHorizon:               horizon,
+		ClientTimeout:               clientTimeout,
+		HorizonExceedsClientTimeout: clientTimeout > 0 && horizon > clientTimeout,
+		NoReadyReplicas:             r.concurrency == 0,
+	}
+}

@@ -1,0 +1,48 @@
+package capacity
+
+import (
+	"time"
+
+	"github.com/tiergate/tiergate/api/v1alpha1"
+)
+
+// The ModelPool defaults of the CRD (the +kubebuilder:default markers in
+// api/v1alpha1), for objects that were never defaulted by an API server.
+const (
+	// DefaultAgeingRate is the rate of an ageing that sets neither rate
+	// nor starvationBound.
+	DefaultAgeingRate = 6 * time.Second
+
+	defaultTenantHeader  = "X-Tenant-ID"
+	defaultBackendScheme = "http"
+	defaultAdminPort     = 9090
+)
+
+// ApplyDefaults sets the fields of spec that the CRD defaults and that are
+// unset. On an object read from the API server it changes nothing.
+//
+// spec.ageing is left alone: the CRD defaults it only when it is absent,
+// and a decoded value cannot tell an absent ageing from `ageing: {}`,
+// which the schema refuses. A caller that can tell sets Rate to
+// DefaultAgeingRate itself; ComputeBounds reads an ageing with neither
+// field set as DefaultAgeingRate.
+func ApplyDefaults(spec *v1alpha1.ModelPoolSpec) {
+	if spec.ServiceTime.Source == "" {
+		spec.ServiceTime.Source = v1alpha1.ServiceTimeDeclared
+	}
+	if spec.Authentication.Mode == "" {
+		spec.Authentication.Mode = v1alpha1.AuthTrustedHeader
+	}
+	if spec.Authentication.HeaderName == "" {
+		spec.Authentication.HeaderName = defaultTenantHeader
+	}
+	if spec.SharedState == "" {
+		spec.SharedState = v1alpha1.SharedStateLocal
+	}
+	if spec.Backend.Scheme == "" {
+		spec.Backend.Scheme = defaultBackendScheme
+	}
+	if spec.Dispatchers.AdminPort == 0 {
+		spec.Dispatchers.AdminPort = defaultAdminPort
+	}
+}

@@ -1,0 +1,23 @@
+// Package capacity is the bounds computation of DESIGN.md section 4: from a
+// ModelPool's spec, its ready replicas, its ServiceTiers and TenantQuotas
+// to the status values and to one Policy per dispatcher. The controller and
+// `tiergate simulate` both call ComputeBounds, so what the simulator shows
+// is what the controller pushes.
+//
+// ComputeBounds runs in named steps, each in its own file:
+//
+//   - rates.go: R, C and S give P = R × C and μ = P / S; every conversion
+//     between requests and time goes through the rates type.
+//   - tiers.go: each tier's queue bound and tenant limits, then its maxWait.
+//   - tenants.go: which TenantQuota is in force for a tenant, and which
+//     tenant owns an API key listed twice.
+//   - split.go: one Policy per dispatcher, with its slice of the pool.
+//
+// defaults.go holds the CRD defaults that both callers apply to objects
+// that did not pass through the API server. All rounding is exact integer
+// or rational arithmetic, so floor(4/s × 5s) is 20 and never 19.
+//
+// Concurrency model: none. The package holds no state, starts no
+// goroutine and reads no clock; every function is safe to call from any
+// goroutine, and the same input always gives the same output.
+package capacity

@@ -1,0 +1,116 @@
+package capacity
+
+import (
+	"math/big"
+
+	"github.com/tiergate/tiergate/api/v1alpha1"
+	"github.com/tiergate/tiergate/dispatcher/policy"
+)
+
+// basePolicy is what every dispatcher's policy shares: everything but the
+// slots, the rate, the bounds, the tenants and the backends.
+func basePolicy(pool *v1alpha1.ModelPool, spec *v1alpha1.ModelPoolSpec, b PoolBounds, defaultTier string) policy.Policy {
+	auth := policy.Authentication{Mode: string(spec.Authentication.Mode), HeaderName: spec.Authentication.HeaderName}
+	if auth.Mode == policy.AuthAPIKey {
+		auth.HeaderName = ""
+	}
+	state := policy.StateLocal
+	if spec.SharedState == v1alpha1.SharedStateRedis {
+		state = policy.StateRedis
+	}
+	return policy.Policy{
+		Pool:                 pool.Namespace + "/" + pool.Name,
+		ServiceRate:          b.ServiceRate,
+		AgeingRate:           b.AgeingRate.Seconds(),
+		ClientTimeoutSeconds: b.ClientTimeout.Seconds(),
+		SharedState:          state,
+		Authentication:       auth,
+		DefaultTier:          defaultTier,
+		ExemptPaths:          spec.ExemptPaths,
+	}
+}
+
+// splitPolicies gives n dispatchers one policy each. In Local mode each
+// gets its slice of the pool's slots (splitSlots) and the pool-wide bounds
+// scaled by its slot fraction; in Redis mode each gets the pool-wide
+// numbers.
+func splitPolicies(base policy.Policy, r rates, tiers []TierBounds, live []liveTenant, backends []policy.Backend, n int) []policy.Policy {
+	whole := base.SharedState == policy.StateRedis
+	slots := splitSlots(r.concurrency, n)
+	var out []policy.Policy
+	for i := 0; i < n; i++ {
+		s := part{mine: r.concurrency, pool: r.concurrency, whole: whole}
+		if !whole {
+			s.mine = slots[i]
+		}
+		out = append(out, s.policy(base, r, tiers, live, backends))
+	}
+	return out
+}
+
+// part is one dispatcher's slice of a pool of P slots.
+type part struct {
+	mine, pool int64
+	// whole is true when the dispatcher holds pool-wide numbers (Redis).
+	whole bool
+}
+
+// of scales a pool-wide number to this part: floor(v × mine / P), at
+// least 1.
+func (s part) of(v int32) int {
+	if s.whole || s.pool == 0 {
+		return int(v)
+	}
+	n := new(big.Int).Mul(big.NewInt(int64(v)), big.NewInt(s.mine))
+	return int(atLeastOne(floorDiv(n, big.NewInt(s.pool)).Int64()))
+}
+
+func (s part) policy(base policy.Policy, r rates, tiers []TierBounds, live []liveTenant, backends []policy.Backend) policy.Policy {
+	pol := base
+	pol.Slots = int(s.mine)
+	pol.ExemptPaths = append([]string(nil), base.ExemptPaths...)
+	pol.Backends = append([]policy.Backend{}, backends...)
+	if !s.whole && s.pool > 0 {
+		// This dispatcher drains its own slice of the pool.
+		pol.ServiceRate, _ = r.perSecond(s.mine).Float64()
+	}
+	pol.Tiers = make([]policy.Tier, 0, len(tiers))
+	for _, tb := range tiers {
+		pol.Tiers = append(pol.Tiers, policy.Tier{
+			Name:                   tb.Name,
+			BasePriority:           int(tb.BasePriority),
+			TolerableWaitSeconds:   tb.TolerableWait.Seconds(),
+			QueueBound:             s.of(tb.QueueBound),
+			TenantConcurrencyLimit: s.of(tb.TenantConcurrencyLimit),
+			TenantQueueLimit:       s.of(tb.TenantQueueLimit),
+		})
+	}
+	for _, lt := range live {
+		t := policy.Tenant{ID: lt.bounds.Tenant, Tier: lt.bounds.Tier}
+		if lt.override > 0 {
+			t.MaxConcurrency = s.of(lt.override)
+		}
+		if len(lt.hashes) > 0 {
+			t.APIKeySHA256 = append([]string(nil), lt.hashes...)
+		}
+		pol.Tenants = append(pol.Tenants, t)
+	}
+	return pol
+}
+
+// splitSlots spreads p over n dispatchers as evenly as whole numbers allow;
+// the first p mod n dispatchers get one more. The slices sum to p.
+func splitSlots(p int64, n int) []int64 {
+	if n <= 0 {
+		return nil
+	}
+	out := make([]int64, n)
+	base, rem := p/int64(n), p%int64(n)
+	for i := range out {
+		out[i] = base
+		if int64(i) < rem {
+			out[i]++
+		}
+	}
+	return out
+}

@@ -1,0 +1,82 @@
+package capacity
+
+import (
+	"math/big"
+	"sort"
+	"time"
+
+	"github.com/tiergate/tiergate/api/v1alpha1"
+)
+
+// sortedTiers orders tiers by base priority, then name: the first has the
+// lowest base, so it is served first.
+func sortedTiers(in []v1alpha1.ServiceTier) []v1alpha1.ServiceTier {
+	out := append([]v1alpha1.ServiceTier(nil), in...)
+	sort.SliceStable(out, func(a, b int) bool {
+		if out[a].Spec.BasePriority != out[b].Spec.BasePriority {
+			return out[a].Spec.BasePriority < out[b].Spec.BasePriority
+		}
+		return out[a].Name < out[b].Name
+	})
+	return out
+}
+
+// tierBounds computes each tier's queue bound L = max(1, floor(P × Weff /
+// S)) with Weff = min(W, clientTimeout), and its tenant limits from P and L
+// and the tier's share. MaxWait is left to stateMaxWaits.
+func tierBounds(r rates, sorted []v1alpha1.ServiceTier, clientTimeout time.Duration) []TierBounds {
+	var out []TierBounds
+	for _, t := range sorted {
+		w := t.Spec.TolerableWait.Duration
+		weff := w
+		if clientTimeout > 0 && clientTimeout < weff {
+			weff = clientTimeout
+		}
+		l := atLeastOne(r.servedWithin(weff))
+		share := shareRat(t.Spec.TenantShare)
+		out = append(out, TierBounds{
+			Name:                   t.Name,
+			BasePriority:           t.Spec.BasePriority,
+			TolerableWait:          w,
+			QueueBound:             int32(l),
+			TenantConcurrencyLimit: int32(atLeastOne(floorShare(r.concurrency, share))),
+			TenantQueueLimit:       int32(atLeastOne(floorShare(l, share))),
+		})
+	}
+	return out
+}
+
+// floorShare is floor(n × share), capped at the int32 range.
+func floorShare(n int64, share *big.Rat) int64 {
+	return clampInt32(floorRat(new(big.Rat).Mul(new(big.Rat).SetInt64(n), share)))
+}
+
+// stateMaxWaits sets each tier's MaxWait = ageing × (base − base_min) +
+// ΣL × S / P + S and its Guarantee. pool.TotalQueueBound must be set. With
+// P = 0 no wait can be promised.
+func stateMaxWaits(sorted []TierBounds, pool PoolBounds, r rates) {
+	if len(sorted) == 0 {
+		return
+	}
+	minBase, top := sorted[0].BasePriority, sorted[0].Name
+	for i := range sorted {
+		tb := &sorted[i]
+		behind := pool.AgeingRate * time.Duration(tb.BasePriority-minBase)
+		if r.concurrency == 0 {
+			tb.Unbounded = true
+		} else {
+			tb.MaxWait = behind + r.drainTime(pool.TotalQueueBound) + r.serviceTime
+			tb.MaxWaitExceedsClientTimeout = pool.ClientTimeout > 0 && tb.MaxWait > pool.ClientTimeout
+		}
+		tb.Guarantee = guarantee(*tb, pool, top, behind, tb.BasePriority == minBase)
+	}
+}
+
+func hasTier(tiers []TierBounds, name string) bool {
+	for _, tb := range tiers {
+		if tb.Name == name {
+			return true
+		}
+	}
+	return false
+}

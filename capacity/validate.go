@@ -1,0 +1,78 @@
+package capacity
+
+import (
+	"fmt"
+	"math/big"
+	"strings"
+
+	"github.com/tiergate/tiergate/api/v1alpha1"
+)
+
+// validateInput refuses what the schema refuses and the arithmetic cannot
+// take, naming every problem at once.
+func validateInput(in BoundsInput) error {
+	if in.Pool == nil {
+		return fmt.Errorf("%w: no pool", ErrInvalidInput)
+	}
+	errs := validateSpec(&in.Pool.Spec)
+	if in.ReadyReplicas < 0 {
+		errs = append(errs, fmt.Sprintf("readyReplicas: %d must not be negative", in.ReadyReplicas))
+	}
+	if in.Dispatchers < 0 {
+		errs = append(errs, fmt.Sprintf("dispatchers: %d must not be negative", in.Dispatchers))
+	}
+	errs = append(errs, validateTiers(in.Tiers)...)
+	for _, q := range in.Quotas {
+		if q.Spec.MaxConcurrency != nil && *q.Spec.MaxConcurrency < 1 {
+			errs = append(errs, fmt.Sprintf("quota %q: spec.maxConcurrency %d must be at least 1", q.Name, *q.Spec.MaxConcurrency))
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("%w: %s", ErrInvalidInput, strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+func validateSpec(spec *v1alpha1.ModelPoolSpec) []string {
+	var errs []string
+	if spec.ConcurrencyPerReplica < 1 {
+		errs = append(errs, fmt.Sprintf("spec.concurrencyPerReplica: %d must be at least 1", spec.ConcurrencyPerReplica))
+	}
+	if spec.ServiceTime.Mean.Duration <= 0 {
+		errs = append(errs, fmt.Sprintf("spec.serviceTime.mean: %s must be greater than 0", spec.ServiceTime.Mean.Duration))
+	}
+	if spec.ClientTimeout != nil && spec.ClientTimeout.Duration < 0 {
+		errs = append(errs, fmt.Sprintf("spec.clientTimeout: %s must not be negative", spec.ClientTimeout.Duration))
+	}
+	if r := spec.Ageing.Rate; r != nil && r.Duration <= 0 {
+		errs = append(errs, fmt.Sprintf("spec.ageing.rate: %s must be greater than 0", r.Duration))
+	}
+	if b := spec.Ageing.StarvationBound; b != nil && b.Duration <= 0 {
+		errs = append(errs, fmt.Sprintf("spec.ageing.starvationBound: %s must be greater than 0", b.Duration))
+	}
+	if spec.Ageing.Rate != nil && spec.Ageing.StarvationBound != nil {
+		errs = append(errs, "spec.ageing: set exactly one of rate and starvationBound")
+	}
+	return errs
+}
+
+func validateTiers(tiers []v1alpha1.ServiceTier) []string {
+	var errs []string
+	seen := map[string]bool{}
+	for _, t := range tiers {
+		if seen[t.Name] {
+			errs = append(errs, fmt.Sprintf("tier %q: listed twice", t.Name))
+		}
+		seen[t.Name] = true
+		if t.Spec.BasePriority < 0 {
+			errs = append(errs, fmt.Sprintf("tier %q: spec.basePriority %d must not be negative", t.Name, t.Spec.BasePriority))
+		}
+		if t.Spec.TolerableWait.Duration <= 0 {
+			errs = append(errs, fmt.Sprintf("tier %q: spec.tolerableWait %s must be greater than 0", t.Name, t.Spec.TolerableWait.Duration))
+		}
+		if r := shareRat(t.Spec.TenantShare); r.Sign() <= 0 || r.Cmp(big.NewRat(1, 1)) > 0 {
+			errs = append(errs, fmt.Sprintf("tier %q: spec.tenantShare %s must be greater than 0 and at most 1", t.Name, t.Spec.TenantShare.String()))
+		}
+	}
+	return errs
+}

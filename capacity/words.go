@@ -1,0 +1,45 @@
+package capacity
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// HorizonMessage words the ModelPool condition
+// AgeingHorizonExceedsClientTimeout; tiergate simulate prints the same
+// text, so the two cannot drift.
+func HorizonMessage(b PoolBounds) string {
+	points := int64(0)
+	if b.AgeingRate > 0 {
+		points = int64(b.AgeingHorizon / b.AgeingRate)
+	}
+	switch {
+	case b.ClientTimeout == 0:
+		return fmt.Sprintf("ageing horizon %s (%s per point × %d points); no clientTimeout is set", b.AgeingHorizon, b.AgeingRate, points)
+	case b.HorizonExceedsClientTimeout:
+		return fmt.Sprintf("ageing horizon %s (%s per point × %d points) exceeds clientTimeout %s: under sustained load of the top tier a request of the lowest tier expires before ageing lifts it, so the starvation guarantee is void",
+			b.AgeingHorizon, b.AgeingRate, points, b.ClientTimeout)
+	default:
+		return fmt.Sprintf("ageing horizon %s (%s per point × %d points) is within clientTimeout %s", b.AgeingHorizon, b.AgeingRate, points, b.ClientTimeout)
+	}
+}
+
+// guarantee says MaxWait in words, with the conditions under which it holds.
+func guarantee(t TierBounds, pool PoolBounds, topTier string, behind time.Duration, top bool) string {
+	if t.Unbounded {
+		return fmt.Sprintf("No wait is guaranteed for tier %s: the pool has no ready replicas, so nothing is served.", t.Name)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "Under sustained overload a %s request whose tenant is under its own limits waits at most %s", t.Name, t.MaxWait)
+	fmt.Fprintf(&b, ": %s of ageing behind %s work, %s to drain at most %d queued requests at %s req/s, and one service time of %s.",
+		behind, topTier, t.MaxWait-behind-pool.ServiceTime, pool.TotalQueueBound, pool.ServiceRateString, pool.ServiceTime)
+	if top {
+		b.WriteString(" Older lower-tier requests that have aged past it may be served first; that cost is inside this bound.")
+	}
+	b.WriteString(" A tenant at its own limit also waits for its own earlier requests.")
+	if t.MaxWaitExceedsClientTimeout {
+		fmt.Fprintf(&b, " This exceeds the client timeout of %s, so under sustained overload such a request may expire instead of being served.", pool.ClientTimeout)
+	}
+	return b.String()
+}

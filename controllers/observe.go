@@ -1,0 +1,243 @@
+package controllers
+
+import (
+	"context"
+	"net"
+	"sort"
+	"strconv"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/tiergate/tiergate/api/v1alpha1"
+	"github.com/tiergate/tiergate/capacity"
+	"github.com/tiergate/tiergate/dispatcher/policy"
+)
+
+// observed is everything read for one reconcile.
+type observed struct {
+	deployment  *appsv1.Deployment // nil when it does not exist
+	tiers       []v1alpha1.ServiceTier
+	quotas      []v1alpha1.TenantQuota
+	hashes      map[string][]string // quota name -> key hashes
+	secretState map[string]secretState
+	backends    []policy.Backend
+	dispatchers []corev1.Pod
+}
+
+type secretState struct {
+	name    string
+	missing bool
+	keys    []string // requested keys absent from the Secret
+}
+
+// observe reads everything the pool's bounds depend on, from the cache.
+func (r *PoolReconciler) observe(ctx context.Context, pool *v1alpha1.ModelPool) (*observed, error) {
+	obs := &observed{hashes: map[string][]string{}, secretState: map[string]secretState{}}
+	var err error
+	if obs.deployment, err = r.deployment(ctx, pool); err != nil {
+		return nil, err
+	}
+	if obs.tiers, obs.quotas, err = r.tiersAndQuotas(ctx, pool); err != nil {
+		return nil, err
+	}
+	if err := r.readAPIKeys(ctx, pool.Namespace, obs); err != nil {
+		return nil, err
+	}
+	if obs.backends, err = r.backends(ctx, pool, obs.deployment); err != nil {
+		return nil, err
+	}
+	if obs.dispatchers, err = r.dispatcherPods(ctx, pool); err != nil {
+		return nil, err
+	}
+	return obs, nil
+}
+
+// boundsInput is what ComputeBounds needs of the observations.
+func (obs *observed) boundsInput(pool *v1alpha1.ModelPool, serviceTime time.Duration) capacity.BoundsInput {
+	var ready int32
+	if obs.deployment != nil {
+		ready = obs.deployment.Status.ReadyReplicas
+	}
+	return capacity.BoundsInput{
+		Pool:                pool,
+		ReadyReplicas:       ready,
+		Tiers:               obs.tiers,
+		Quotas:              obs.quotas,
+		Dispatchers:         len(obs.dispatchers),
+		ObservedServiceTime: serviceTime,
+		Backends:            obs.backends,
+		APIKeyHashes:        obs.hashes,
+	}
+}
+
+// deployment is the pool's model Deployment, nil when it does not exist.
+func (r *PoolReconciler) deployment(ctx context.Context, pool *v1alpha1.ModelPool) (*appsv1.Deployment, error) {
+	var dep appsv1.Deployment
+	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: pool.Namespace, Name: pool.Spec.DeploymentRef.Name}, &dep); err != nil {
+		return nil, client.IgnoreNotFound(err)
+	}
+	return &dep, nil
+}
+
+// tiersAndQuotas lists the pool's tiers and the quotas of each tier.
+func (r *PoolReconciler) tiersAndQuotas(ctx context.Context, pool *v1alpha1.ModelPool) ([]v1alpha1.ServiceTier, []v1alpha1.TenantQuota, error) {
+	var tiers v1alpha1.ServiceTierList
+	if err := r.Client.List(ctx, &tiers, client.InNamespace(pool.Namespace), client.MatchingFields{indexTierPool: pool.Name}); err != nil {
+		return nil, nil, err
+	}
+	var quotas []v1alpha1.TenantQuota
+	for _, t := range tiers.Items {
+		var list v1alpha1.TenantQuotaList
+		if err := r.Client.List(ctx, &list, client.InNamespace(pool.Namespace), client.MatchingFields{indexQuotaTier: t.Name}); err != nil {
+			return nil, nil, err
+		}
+		quotas = append(quotas, list.Items...)
+	}
+	return tiers.Items, quotas, nil
+}
+
+// readAPIKeys hashes the keys of every quota's Secret into obs and notes
+// Secrets and keys that are missing.
+func (r *PoolReconciler) readAPIKeys(ctx context.Context, ns string, obs *observed) error {
+	for _, q := range obs.quotas {
+		ref := q.Spec.APIKeySecretRef
+		if ref == nil {
+			continue
+		}
+		var secret corev1.Secret
+		err := r.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: ref.Name}, &secret)
+		switch {
+		case apierrors.IsNotFound(err):
+			obs.secretState[q.Name] = secretState{name: ref.Name, missing: true}
+			continue
+		case err != nil:
+			return err
+		}
+		hashes, missing := hashAPIKeys(&secret, ref.Keys)
+		obs.hashes[q.Name] = hashes
+		obs.secretState[q.Name] = secretState{name: ref.Name, keys: missing}
+	}
+	return nil
+}
+
+// backends are the Ready pods the Deployment selects, by address.
+func (r *PoolReconciler) backends(ctx context.Context, pool *v1alpha1.ModelPool, dep *appsv1.Deployment) ([]policy.Backend, error) {
+	if dep == nil || dep.Spec.Selector == nil {
+		return nil, nil
+	}
+	pods, err := r.selectedPods(ctx, pool.Namespace, dep.Spec.Selector)
+	if err != nil {
+		return nil, err
+	}
+	var out []policy.Backend
+	seen := map[string]bool{}
+	for i := range pods {
+		p := &pods[i]
+		if !podServing(p) || !podReady(p) {
+			continue
+		}
+		addr := net.JoinHostPort(p.Status.PodIP, strconv.Itoa(int(pool.Spec.Backend.Port)))
+		if !seen[addr] {
+			seen[addr] = true
+			out = append(out, policy.Backend{Address: addr, Scheme: pool.Spec.Backend.Scheme})
+		}
+	}
+	sort.Slice(out, func(a, b int) bool { return out[a].Address < out[b].Address })
+	return out, nil
+}
+
+// dispatcherPods are the pods the pool's dispatcher selector matches that
+// have an IP, Ready or not (a fresh one becomes Ready only once it holds a
+// policy), by name.
+func (r *PoolReconciler) dispatcherPods(ctx context.Context, pool *v1alpha1.ModelPool) ([]corev1.Pod, error) {
+	pods, err := r.selectedPods(ctx, pool.Namespace, &pool.Spec.Dispatchers.Selector)
+	if err != nil {
+		return nil, err
+	}
+	var out []corev1.Pod
+	for i := range pods {
+		if podServing(&pods[i]) {
+			out = append(out, pods[i])
+		}
+	}
+	sort.Slice(out, func(a, b int) bool { return out[a].Name < out[b].Name })
+	return out, nil
+}
+
+// selectedPods lists the pods of ns that sel selects; an empty selector
+// selects none.
+func (r *PoolReconciler) selectedPods(ctx context.Context, ns string, sel *metav1.LabelSelector) ([]corev1.Pod, error) {
+	s, err := metav1.LabelSelectorAsSelector(sel)
+	if err != nil || s.Empty() {
+		return nil, err
+	}
+	var pods corev1.PodList
+	if err := r.Client.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabelsSelector{Selector: s}); err != nil {
+		return nil, err
+	}
+	return pods.Items, nil
+}
+
+// podServing is true for a pod with an IP that is neither terminating nor
+// finished.
+func podServing(p *corev1.Pod) bool {
+	return p.Status.PodIP != "" && p.DeletionTimestamp == nil &&
+		p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func podRestarts(p *corev1.Pod) int32 {
+	var n int32
+	for _, c := range p.Status.ContainerStatuses {
+		n += c.RestartCount
+	}
+	return n
+}
+
+// dispatcherTargets pairs the sorted dispatcher pods with their policies,
+// stamped with version.
+func dispatcherTargets(pods []corev1.Pod, adminPort int32, policies []policy.Policy, version int64) []Target {
+	out := make([]Target, 0, len(pods))
+	for i := range pods {
+		p := &pods[i]
+		pol := policies[i]
+		pol.Version = version
+		out = append(out, Target{
+			UID:      p.UID,
+			Name:     p.Name,
+			Address:  net.JoinHostPort(p.Status.PodIP, strconv.Itoa(int(adminPort))),
+			Ready:    podReady(p),
+			Restarts: podRestarts(p),
+			Policy:   pol,
+		})
+	}
+	return out
+}
+
+// selectorMatches reports whether sel selects the labels; an empty or
+// invalid selector selects nothing.
+func selectorMatches(sel *metav1.LabelSelector, l map[string]string) bool {
+	if sel == nil {
+		return false
+	}
+	s, err := metav1.LabelSelectorAsSelector(sel)
+	if err != nil || s.Empty() {
+		return false
+	}
+	return s.Matches(labels.Set(l))
+}

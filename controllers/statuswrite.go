@@ -1,0 +1,115 @@
+package controllers
+
+import (
+	"context"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/tiergate/tiergate/api/v1alpha1"
+	"github.com/tiergate/tiergate/capacity"
+)
+
+// patchStatus writes want as obj's status when it differs from *cur, which
+// must be obj's status field, and reports whether it wrote. The merge patch
+// carries only what changed; with client.MergeFromWithOptimisticLock it
+// also carries the resourceVersion, so a write from a stale object fails
+// with a Conflict instead of overwriting a newer status.
+func patchStatus[S any](ctx context.Context, c client.Client, obj client.Object, cur *S, want S, opts ...client.MergeFromOption) (bool, error) {
+	if equality.Semantic.DeepEqual(*cur, want) {
+		return false, nil
+	}
+	orig := obj.DeepCopyObject().(client.Object)
+	*cur = want
+	return true, c.Status().Patch(ctx, obj, client.MergeFromWithOptions(orig, opts...))
+}
+
+// writePoolStatus writes the pool's status when it changed and records the
+// events of the change. A Conflict is returned, so the pool is reconciled
+// again from the fresh object and nothing of this reconcile is pushed.
+func (r *PoolReconciler) writePoolStatus(ctx context.Context, pool *v1alpha1.ModelPool, st v1alpha1.ModelPoolStatus, observedS, prevObservedS time.Duration) error {
+	old := *pool.Status.DeepCopy()
+	wrote, err := patchStatus(ctx, r.Client, pool, &pool.Status, st, client.MergeFromWithOptimisticLock{})
+	if err != nil || !wrote {
+		return err
+	}
+	r.poolEvents(pool, old, st, observedS, prevObservedS)
+	return nil
+}
+
+// poolEvents records the changes people care about.
+func (r *PoolReconciler) poolEvents(pool *v1alpha1.ModelPool, old, cur v1alpha1.ModelPoolStatus, observedS, prevObservedS time.Duration) {
+	if r.Recorder == nil {
+		return
+	}
+	changed := func(typ string) (*metav1.Condition, bool) {
+		n := meta.FindStatusCondition(cur.Conditions, typ)
+		o := meta.FindStatusCondition(old.Conditions, typ)
+		return n, n != nil && (o == nil || o.Status != n.Status || o.Reason != n.Reason)
+	}
+	if c, ok := changed(v1alpha1.ModelPoolAgeingHorizonExceedsClientTimeout); ok && c.Status == metav1.ConditionTrue {
+		r.Recorder.Eventf(pool, nil, corev1.EventTypeWarning, v1alpha1.ModelPoolAgeingHorizonExceedsClientTimeout, "ComputeBounds", "%s", c.Message)
+	}
+	if c, ok := changed(v1alpha1.ModelPoolDegraded); ok && c.Status == metav1.ConditionTrue {
+		r.Recorder.Eventf(pool, nil, corev1.EventTypeWarning, c.Reason, "PushPolicy", "%s", c.Message)
+	}
+	if old.PoolConcurrency != cur.PoolConcurrency && old.ObservedGeneration != 0 {
+		r.Recorder.Eventf(pool, nil, corev1.EventTypeNormal, "ScaledPool", "ComputeBounds",
+			"pool concurrency %d→%d (%d→%d ready replicas)", old.PoolConcurrency, cur.PoolConcurrency, old.ReadyReplicas, cur.ReadyReplicas)
+	}
+	if observedS != prevObservedS && observedS > 0 {
+		r.Recorder.Eventf(pool, nil, corev1.EventTypeNormal, "ServiceTimeMeasured", "ComputeBounds",
+			"dispatchers measure a service time of %s (was %s)", observedS, prevObservedS)
+	}
+}
+
+// writeTierStatus writes each tier's status where it changed; a tier
+// deleted meanwhile is skipped.
+func (r *PoolReconciler) writeTierStatus(ctx context.Context, pool *v1alpha1.ModelPool, obs *observed, bounds capacity.Bounds, stamp metav1.Time) error {
+	byName := map[string]capacity.TierBounds{}
+	for _, tb := range bounds.Tiers {
+		byName[tb.Name] = tb
+	}
+	before := map[string]int32{}
+	for i := range obs.tiers {
+		t := &obs.tiers[i]
+		before[t.Name] = t.Status.QueueBound
+		st := desiredTierStatus(t.Status, t.Generation, byName[t.Name], bounds.Pool, stamp)
+		if _, err := patchStatus(ctx, r.Client, t, &t.Status, st); client.IgnoreNotFound(err) != nil {
+			return err
+		}
+	}
+	if msg := boundChanges(before, bounds.Tiers); msg != "" && r.Recorder != nil {
+		r.Recorder.Eventf(pool, nil, corev1.EventTypeNormal, "ScaledBounds", "ComputeBounds", "%s", msg)
+	}
+	return nil
+}
+
+// writeQuotaStatus writes each quota's status where it changed; a quota
+// deleted meanwhile is skipped.
+func (r *PoolReconciler) writeQuotaStatus(ctx context.Context, pool *v1alpha1.ModelPool, obs *observed, bounds capacity.Bounds, stamp metav1.Time) error {
+	byQuota := map[string]capacity.TenantBounds{}
+	for _, tb := range bounds.Tenants {
+		byQuota[tb.QuotaName] = tb
+	}
+	for i := range obs.quotas {
+		q := &obs.quotas[i]
+		ss := obs.secretState[q.Name]
+		st := desiredQuotaStatus(q.Status, quotaView{
+			Generation:    q.Generation,
+			Pool:          pool.Name,
+			Tenant:        byQuota[q.Name],
+			SecretName:    ss.name,
+			SecretMissing: ss.missing,
+			KeysMissing:   ss.keys,
+		}, stamp)
+		if _, err := patchStatus(ctx, r.Client, q, &q.Status, st); client.IgnoreNotFound(err) != nil {
+			return err
+		}
+	}
+	return nil
+}
