@@ -1,0 +1,460 @@
+package controllers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/events"
+	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/tiergate/tiergate/api/v1alpha1"
+	seed "github.com/tiergate/tiergate/capacity/capacitytest"
+)
+
+// fakePusher records what the reconciler hands the Pusher and answers
+// States with what the test says the dispatchers reported.
+type fakePusher struct {
+	states []PodState
+	synced bool
+	pushed []Target
+	resync bool
+	forgot []types.NamespacedName
+}
+
+func (f *fakePusher) Sync(_ types.NamespacedName, targets []Target, resync bool) {
+	f.synced, f.pushed, f.resync = true, targets, resync
+}
+
+func (f *fakePusher) Forget(pool types.NamespacedName) { f.forgot = append(f.forgot, pool) }
+
+func (f *fakePusher) States(types.NamespacedName) []PodState { return f.states }
+
+var (
+	seedKey     = types.NamespacedName{Namespace: seed.Namespace, Name: seed.PoolName}
+	modelLabels = map[string]string{"app": "vllm"}
+	dispLabels  = map[string]string{"app": "dispatcher"}
+)
+
+func readyPod(name, ip string, labels map[string]string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: seed.Namespace, Name: name, Labels: labels, UID: types.UID("uid-" + name)},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip,
+			Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}},
+	}
+}
+
+// seedWorld is the seed's pool on 6 ready replicas with 2 dispatchers,
+// its three tiers and one quota.
+func seedWorld() []client.Object {
+	pool := seed.Pool(seed.WithClientTimeout(30 * time.Second))
+	pool.Spec.Dispatchers.Selector = metav1.LabelSelector{MatchLabels: dispLabels}
+	pool.Generation = 1
+	objs := []client.Object{pool, &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Namespace: seed.Namespace, Name: "vllm"},
+		Spec:       appsv1.DeploymentSpec{Selector: &metav1.LabelSelector{MatchLabels: modelLabels}},
+		Status:     appsv1.DeploymentStatus{Replicas: 6, ReadyReplicas: 6},
+	}}
+	for i := range 6 {
+		objs = append(objs, readyPod(fmt.Sprintf("vllm-%d", i), fmt.Sprintf("10.0.0.%d", i+1), modelLabels))
+	}
+	objs = append(objs, readyPod("d-0", "10.1.0.1", dispLabels), readyPod("d-1", "10.1.0.2", dispLabels))
+	for _, t := range seed.Tiers() {
+		objs = append(objs, &t)
+	}
+	acme := seed.Quota("acme", "acme", "premium", nil)
+	return append(objs, &acme)
+}
+
+func without(objs []client.Object, kind client.Object, name string) []client.Object {
+	var out []client.Object
+	for _, o := range objs {
+		if fmt.Sprintf("%T", o) == fmt.Sprintf("%T", kind) && o.GetName() == name {
+			continue
+		}
+		out = append(out, o)
+	}
+	return out
+}
+
+// newFakeClient serves objs with the status subresources and field indexes
+// of the real cache; funcs intercept calls.
+func newFakeClient(t *testing.T, objs []client.Object, funcs interceptor.Funcs) client.Client {
+	t.Helper()
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	b := fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).
+		WithStatusSubresource(&v1alpha1.ModelPool{}, &v1alpha1.ServiceTier{}, &v1alpha1.TenantQuota{}).
+		WithInterceptorFuncs(funcs)
+	for _, ix := range fieldIndexes {
+		b = b.WithIndex(ix.obj, ix.field, ix.extract)
+	}
+	return b.Build()
+}
+
+// outcome is what one reconcile leaves behind, in the terms of the API.
+type outcome struct {
+	Err string // "", "conflict", "terminal" or the error
+	// Pool is the pool's status: version, P and the Ready reason; zero
+	// when the pool does not exist.
+	Pool   poolRow
+	Synced bool
+	Pushed []pushRow
+	Forgot bool
+	Tiers  map[string]tierStatusRow
+	Quotas map[string]string // quota -> Ready reason
+	Events []string
+	// StatusWrites counts status patches of this reconcile.
+	StatusWrites int
+}
+
+type poolRow struct {
+	Version     int64
+	Concurrency int32
+	Ready       string
+}
+
+type pushRow struct {
+	Pod, Address string
+	Version      int64
+	Slots        int
+	// Bounds are the queue bounds of premium, standard and free.
+	Bounds []int
+}
+
+type tierStatusRow struct {
+	Bound int32
+	Ready string
+}
+
+// step is one reconcile: change runs first, then the reconcile, whose
+// outcome must be want.
+type step struct {
+	change func(ctx context.Context, c client.Client) error
+	states []PodState
+	want   outcome
+}
+
+func reasonOf(conds []metav1.Condition) string {
+	if c := meta.FindStatusCondition(conds, v1alpha1.ConditionReady); c != nil {
+		return c.Reason
+	}
+	return ""
+}
+
+func errKind(err error) string {
+	switch {
+	case err == nil:
+		return ""
+	case apierrors.IsConflict(err):
+		return "conflict"
+	case errors.Is(err, reconcile.TerminalError(nil)):
+		return "terminal"
+	}
+	return err.Error()
+}
+
+// observeOutcome reads back what the reconcile left in the store and
+// handed the Pusher.
+func observeOutcome(t *testing.T, ctx context.Context, c client.Client, p *fakePusher, rec *events.FakeRecorder, err error, writes int) outcome {
+	t.Helper()
+	got := outcome{Err: errKind(err), Synced: p.synced, Forgot: len(p.forgot) > 0, StatusWrites: writes,
+		Tiers: map[string]tierStatusRow{}, Quotas: map[string]string{}}
+	// List, not Get: staleCache serves the reconciler's Gets.
+	var pools v1alpha1.ModelPoolList
+	if err := c.List(ctx, &pools); err != nil {
+		t.Fatal(err)
+	}
+	for _, pool := range pools.Items {
+		got.Pool = poolRow{pool.Status.PolicyVersion, pool.Status.PoolConcurrency, reasonOf(pool.Status.Conditions)}
+	}
+	for _, tg := range p.pushed {
+		row := pushRow{Pod: tg.Name, Address: tg.Address, Version: tg.Policy.Version, Slots: tg.Policy.Slots}
+		for _, pt := range tg.Policy.Tiers {
+			row.Bounds = append(row.Bounds, pt.QueueBound)
+		}
+		got.Pushed = append(got.Pushed, row)
+	}
+	var tiers v1alpha1.ServiceTierList
+	var quotas v1alpha1.TenantQuotaList
+	if err := c.List(ctx, &tiers); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.List(ctx, &quotas); err != nil {
+		t.Fatal(err)
+	}
+	for _, tr := range tiers.Items {
+		got.Tiers[tr.Name] = tierStatusRow{tr.Status.QueueBound, reasonOf(tr.Status.Conditions)}
+	}
+	for _, q := range quotas.Items {
+		got.Quotas[q.Name] = reasonOf(q.Status.Conditions)
+	}
+	for len(rec.Events) > 0 {
+		got.Events = append(got.Events, <-rec.Events)
+	}
+	return got
+}
+
+// conflictOnce makes the first status write of a ModelPool fail with a
+// Conflict, as when the cache is behind the pool's last write.
+func conflictOnce() interceptor.Funcs {
+	done := false
+	return interceptor.Funcs{SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+		if _, ok := obj.(*v1alpha1.ModelPool); ok && !done {
+			done = true
+			return apierrors.NewConflict(schema.GroupResource{Group: "tiergate.dev", Resource: "modelpools"}, obj.GetName(), errors.New("the object has been modified"))
+		}
+		return c.Status().Patch(ctx, obj, patch, opts...)
+	}}
+}
+
+// staleCache serves every Get of a ModelPool with the pool as the first Get
+// saw it, as a cache that never catches up with the status writes would.
+func staleCache() interceptor.Funcs {
+	var first *v1alpha1.ModelPool
+	return interceptor.Funcs{Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+		p, ok := obj.(*v1alpha1.ModelPool)
+		switch {
+		case !ok:
+			return c.Get(ctx, key, obj, opts...)
+		case first != nil:
+			first.DeepCopyInto(p)
+			return nil
+		}
+		if err := c.Get(ctx, key, obj, opts...); err != nil {
+			return err
+		}
+		first = p.DeepCopy()
+		return nil
+	}}
+}
+
+func TestPoolReconcile(t *testing.T) {
+	twoDispatchers := func(version int64, slots int, bounds ...int) []pushRow {
+		return []pushRow{
+			{Pod: "d-0", Address: "10.1.0.1:9090", Version: version, Slots: slots, Bounds: bounds},
+			{Pod: "d-1", Address: "10.1.0.2:9090", Version: version, Slots: slots, Bounds: bounds},
+		}
+	}
+	seedTiers := map[string]tierStatusRow{"premium": {20, "BoundsComputed"}, "standard": {80, "BoundsComputed"}, "free": {120, "BoundsComputed"}}
+	first := outcome{Pool: poolRow{1, 24, "PoolReady"}, Synced: true, Pushed: twoDispatchers(1, 12, 10, 40, 60),
+		Tiers: seedTiers, Quotas: map[string]string{"acme": "Active"}, StatusWrites: 5,
+		Events: []string{"Warning AgeingHorizonExceedsClientTimeout ageing horizon 2m0s (6s per point × 20 points) exceeds clientTimeout 30s: " +
+			"under sustained load of the top tier a request of the lowest tier expires before ageing lifts it, so the starvation guarantee is void"}}
+	tests := map[string]struct {
+		objs  []client.Object
+		funcs interceptor.Funcs
+		steps []step
+	}{
+		"the seed's pool: version 1 is written, then pushed, each dispatcher with half": {
+			objs:  seedWorld(),
+			steps: []step{{want: first}},
+		},
+		"nothing changed: the version stays and nothing is written": {
+			objs: seedWorld(),
+			steps: []step{{want: first}, {
+				want: outcome{Pool: poolRow{1, 24, "PoolReady"}, Synced: true, Pushed: twoDispatchers(1, 12, 10, 40, 60),
+					Tiers: seedTiers, Quotas: map[string]string{"acme": "Active"}},
+			}},
+		},
+		"a tier change bumps the version and pushes the new bounds": {
+			objs: seedWorld(),
+			steps: []step{{want: first}, {
+				change: func(ctx context.Context, c client.Client) error {
+					var premium v1alpha1.ServiceTier
+					if err := c.Get(ctx, types.NamespacedName{Namespace: seed.Namespace, Name: "premium"}, &premium); err != nil {
+						return err
+					}
+					premium.Spec.TolerableWait.Duration = 10 * time.Second // L 20→40
+					return c.Update(ctx, &premium)
+				},
+				want: outcome{Pool: poolRow{2, 24, "PoolReady"}, Synced: true, Pushed: twoDispatchers(2, 12, 20, 40, 60),
+					Tiers: map[string]tierStatusRow{"premium": {40, "BoundsComputed"}, "standard": {80, "BoundsComputed"}, "free": {120, "BoundsComputed"}},
+					// ΣL moves every tier's maxWait, so all three are written.
+					Quotas: map[string]string{"acme": "Active"}, StatusWrites: 4, Events: []string{"Normal ScaledBounds premium 20→40"}},
+			}},
+		},
+		"a dispatcher holding a later version (a restarted controller) is overtaken": {
+			objs: seedWorld(),
+			steps: []step{{
+				states: []PodState{{UID: "uid-d-0", Name: "d-0", HeldVersion: 7}},
+				want: func() outcome {
+					o := first
+					o.Pool.Version, o.Pushed = 8, twoDispatchers(8, 12, 10, 40, 60)
+					return o
+				}(),
+			}},
+		},
+		"status conflict: the error is returned, nothing is pushed, the retry writes and pushes version 1": {
+			objs:  seedWorld(),
+			funcs: conflictOnce(),
+			steps: []step{
+				{want: outcome{Err: "conflict", Tiers: map[string]tierStatusRow{"premium": {}, "standard": {}, "free": {}},
+					Quotas: map[string]string{"acme": ""}, StatusWrites: 1}},
+				{want: func() outcome { o := first; o.StatusWrites = 5; return o }()},
+			},
+		},
+		"a stale cache: the store refuses the write, keeps the newer status, and nothing is pushed": {
+			objs:  seedWorld(),
+			funcs: staleCache(),
+			steps: []step{{want: first}, {
+				want: outcome{Err: "conflict", Pool: poolRow{1, 24, "PoolReady"}, Tiers: seedTiers, Quotas: map[string]string{"acme": "Active"}, StatusWrites: 1},
+			}},
+		},
+		"deleted Deployment: 0 slots pushed under a new version, bounds at their floor": {
+			objs: seedWorld(),
+			steps: []step{{want: first}, {
+				change: func(ctx context.Context, c client.Client) error {
+					return c.Delete(ctx, &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: seed.Namespace, Name: "vllm"}})
+				},
+				want: outcome{Pool: poolRow{2, 0, "DeploymentNotFound"}, Synced: true, Pushed: twoDispatchers(2, 0, 1, 1, 1),
+					Tiers: map[string]tierStatusRow{"premium": {1, "PoolNotReady"}, "standard": {1, "PoolNotReady"}, "free": {1, "PoolNotReady"}},
+					// The pool, the tiers, and acme's limit of 6 falls to 1.
+					Quotas: map[string]string{"acme": "Active"}, StatusWrites: 5,
+					Events: []string{"Normal ScaledPool pool concurrency 24→0 (6→0 ready replicas)", "Normal ScaledBounds premium 20→1, standard 80→1, free 120→1"}},
+			}},
+		},
+		"orphaned tier: a pool that never existed marks its tiers and their quotas": {
+			objs: without(seedWorld(), &v1alpha1.ModelPool{}, seed.PoolName),
+			steps: []step{{want: outcome{Forgot: true, StatusWrites: 4,
+				Tiers:  map[string]tierStatusRow{"premium": {0, "PoolNotFound"}, "standard": {0, "PoolNotFound"}, "free": {0, "PoolNotFound"}},
+				Quotas: map[string]string{"acme": "PoolNotFound"}}}},
+		},
+		"orphaned tier: deleting the pool stops its pushes and marks its tiers": {
+			objs: seedWorld(),
+			steps: []step{{want: first}, {
+				change: func(ctx context.Context, c client.Client) error {
+					return c.Delete(ctx, seed.Pool())
+				},
+				want: outcome{Forgot: true, StatusWrites: 4,
+					Tiers:  map[string]tierStatusRow{"premium": {0, "PoolNotFound"}, "standard": {0, "PoolNotFound"}, "free": {0, "PoolNotFound"}},
+					Quotas: map[string]string{"acme": "PoolNotFound"}},
+			}},
+		},
+		"no tiers: the status says so and nothing is pushed": {
+			objs: func() []client.Object {
+				objs := seedWorld()
+				for _, n := range []string{"premium", "standard", "free"} {
+					objs = without(objs, &v1alpha1.ServiceTier{}, n)
+				}
+				return without(objs, &v1alpha1.TenantQuota{}, "acme")
+			}(),
+			steps: []step{{want: outcome{Pool: poolRow{1, 24, "NoTiers"}, Synced: true, StatusWrites: 1,
+				Tiers: map[string]tierStatusRow{}, Quotas: map[string]string{}}}},
+		},
+		"a spec written around the schema is a terminal error": {
+			objs: func() []client.Object {
+				objs := without(seedWorld(), &v1alpha1.ModelPool{}, seed.PoolName)
+				return append(objs, seed.Pool(func(p *v1alpha1.ModelPool) { p.Spec.ConcurrencyPerReplica = 0 }))
+			}(),
+			steps: []step{{want: outcome{Err: "terminal",
+				Tiers:  map[string]tierStatusRow{"premium": {}, "standard": {}, "free": {}},
+				Quotas: map[string]string{"acme": ""}}}},
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			writes := 0
+			funcs := tc.funcs
+			patch := funcs.SubResourcePatch
+			funcs.SubResourcePatch = func(ctx context.Context, c client.Client, sub string, obj client.Object, p client.Patch, opts ...client.SubResourcePatchOption) error {
+				writes++
+				if patch != nil {
+					return patch(ctx, c, sub, obj, p, opts...)
+				}
+				return c.Status().Patch(ctx, obj, p, opts...)
+			}
+			c := newFakeClient(t, tc.objs, funcs)
+			rec := events.NewFakeRecorder(20)
+			r := &PoolReconciler{Client: c, Recorder: rec, Clock: clocktesting.NewFakePassiveClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)),
+				ResyncPeriod: time.Minute, MeasuredMinCompletions: 20, MeasuredTolerance: 0.1, UnreachableStrike: 3}
+			for i, s := range tc.steps {
+				if s.change != nil {
+					if err := s.change(ctx, c); err != nil {
+						t.Fatal(err)
+					}
+				}
+				p := &fakePusher{states: s.states}
+				r.Pusher = p
+				writes = 0
+				_, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: seedKey})
+				got := observeOutcome(t, ctx, c, p, rec, err, writes)
+				if diff := cmp.Diff(s.want, got, cmpopts.EquateEmpty()); diff != "" {
+					t.Errorf("step %d (-want +got):\n%s", i, diff)
+				}
+			}
+		})
+	}
+}
+
+func TestQuotaReconcile(t *testing.T) {
+	acme := seed.Quota("acme", "acme", "premium", ptr.To[int32](3))
+	orphan := seed.Quota("orphan", "initech", "gold", nil)
+	tests := map[string]struct {
+		objs       []client.Object
+		quota      string
+		wantReason string // "" when the status is not written
+		wantLimit  int32
+		wantWrites int
+	}{
+		"the tier exists: the pool reconciler owns the status": {
+			objs:  []client.Object{&acme, func() *v1alpha1.ServiceTier { t := seed.Tier("premium", 0, 5*time.Second, "0.25"); return &t }()},
+			quota: "acme",
+		},
+		"the tier is gone: TierNotFound and no limit": {
+			objs: []client.Object{&orphan}, quota: "orphan", wantReason: "TierNotFound", wantWrites: 1,
+		},
+		"the quota is gone: nothing to do": {
+			quota: "acme",
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			writes := 0
+			c := newFakeClient(t, tc.objs, interceptor.Funcs{SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, p client.Patch, opts ...client.SubResourcePatchOption) error {
+				writes++
+				return c.Status().Patch(ctx, obj, p, opts...)
+			}})
+			r := &QuotaReconciler{Client: c, Clock: clocktesting.NewFakePassiveClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))}
+			key := types.NamespacedName{Namespace: seed.Namespace, Name: tc.quota}
+			res, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: key})
+			if err != nil || res != (ctrl.Result{}) {
+				t.Fatalf("Reconcile = %+v, %v; want no requeue and no error", res, err)
+			}
+			var q v1alpha1.TenantQuota
+			if err := c.Get(ctx, key, &q); client.IgnoreNotFound(err) != nil {
+				t.Fatal(err)
+			}
+			got := []any{reasonOf(q.Status.Conditions), q.Status.EffectiveConcurrencyLimit, writes}
+			if diff := cmp.Diff([]any{tc.wantReason, tc.wantLimit, tc.wantWrites}, got); diff != "" {
+				t.Errorf("reason, limit, writes (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
