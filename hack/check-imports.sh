@@ -1,37 +1,66 @@
 #!/usr/bin/env bash
-# Usage: hack/check-imports.sh [PACKAGE...]
+# Usage: hack/check-imports.sh [--rule pure|no-client] [PACKAGE...]
 #
-# Enforces the import boundary of DESIGN.md section 2: the queue and the
-# policy wire type stay pure. Neither they nor anything they import (the
-# whole non-test dependency closure, not only direct imports) may reach
-# net/http or the Kubernetes API machinery. k8s.io/utils/clock and
-# sigs.k8s.io/yaml are allowed.
+# Enforces the import boundaries of DESIGN.md section 2 over each
+# package's whole non-test dependency closure, not only its direct imports:
 #
-# Without arguments it checks ./dispatcher/queue and ./dispatcher/policy;
-# a guarded package that does not exist yet is reported and skipped.
+#   pure       the queue and the policy wire type: nothing in the closure is
+#              net/http or the Kubernetes API machinery (k8s.io/api,
+#              apimachinery, client-go, k8s.io/kubernetes, controller-runtime).
+#              k8s.io/utils/clock and sigs.k8s.io/yaml are allowed.
+#   no-client  the capacity maths and the simulator: nothing in the closure
+#              is a Kubernetes client (client-go, k8s.io/kubernetes,
+#              controller-runtime). API types and apimachinery are allowed.
+#
+# Without packages it checks ./dispatcher/queue and ./dispatcher/policy
+# with pure and ./capacity and ./simulate with no-client; a guarded package
+# that does not exist yet is reported and skipped. Named packages are
+# checked with --rule (default pure).
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 
-forbidden='^(net/http|k8s\.io/api|k8s\.io/apimachinery|k8s\.io/client-go|k8s\.io/kubernetes|sigs\.k8s\.io/controller-runtime)(/|$)'
+usage() {
+	echo "usage: hack/check-imports.sh [--rule pure|no-client] [PACKAGE...]" >&2
+	exit 2
+}
 
-pkgs=("$@")
-if [[ ${#pkgs[@]} -eq 0 ]]; then
-	for p in ./dispatcher/queue ./dispatcher/policy; do
+forbidden_for() {
+	case $1 in
+	pure) echo '^(net/http|k8s\.io/api|k8s\.io/apimachinery|k8s\.io/client-go|k8s\.io/kubernetes|sigs\.k8s\.io/controller-runtime)(/|$)' ;;
+	no-client) echo '^(k8s\.io/client-go|k8s\.io/kubernetes|sigs\.k8s\.io/controller-runtime)(/|$)' ;;
+	*) return 1 ;;
+	esac
+}
+
+rule=pure
+case ${1:-} in
+--rule) [[ $# -ge 2 ]] || usage; rule=$2; shift 2 ;;
+--rule=*) rule=${1#--rule=}; shift ;;
+-*) usage ;;
+esac
+forbidden_for "$rule" >/dev/null || usage
+
+# checks holds "rule package" pairs.
+checks=()
+if [[ $# -gt 0 ]]; then
+	for p in "$@"; do checks+=("$rule $p"); done
+else
+	for c in "pure ./dispatcher/queue" "pure ./dispatcher/policy" "no-client ./capacity" "no-client ./simulate"; do
+		p=${c#* }
 		if compgen -G "$p/*.go" >/dev/null; then
-			pkgs+=("$p")
+			checks+=("$c")
 		else
 			echo "check-imports: $p does not exist yet; not checked"
 		fi
 	done
 fi
-if [[ ${#pkgs[@]} -eq 0 ]]; then
-	exit 0
-fi
 
 status=0
-for p in "${pkgs[@]}"; do
+for c in ${checks[@]+"${checks[@]}"}; do
+	r=${c%% *} p=${c#* }
+	forbidden=$(forbidden_for "$r")
 	# One line per package of the closure: the package, then its imports.
 	edges=$(go list -deps -f '{{.ImportPath}} {{join .Imports " "}}' "$p")
 	# grep reads all its input (no -q): under pipefail, -q's early exit can
@@ -41,7 +70,7 @@ for p in "${pkgs[@]}"; do
 		continue
 	fi
 	status=1
-	echo "check-imports: $p depends on forbidden packages; the way in:" >&2
+	echo "check-imports: $p depends on forbidden packages ($r); the way in:" >&2
 	# Only the edges where an allowed package imports a forbidden one.
 	awk -v re="$forbidden" '$1 !~ re { for (i = 2; i <= NF; i++) if ($i ~ re) print "  " $1 " imports " $i }' <<<"$edges" >&2
 done

@@ -73,18 +73,18 @@ func TestCheckImports(t *testing.T) {
 		"direct net/http import": {
 			args:       []string{"./test/integration/testdata/importcheck/leaky"},
 			wantCode:   1,
-			wantStderr: "check-imports: ./test/integration/testdata/importcheck/leaky depends on forbidden packages; the way in:\n  " + pkg + "leaky imports net/http\n",
+			wantStderr: "check-imports: ./test/integration/testdata/importcheck/leaky depends on forbidden packages (pure); the way in:\n  " + pkg + "leaky imports net/http\n",
 		},
 		"net/http through another package": {
 			args:       []string{"./test/integration/testdata/importcheck/indirect"},
 			wantCode:   1,
-			wantStderr: "check-imports: ./test/integration/testdata/importcheck/indirect depends on forbidden packages; the way in:\n  " + pkg + "leaky imports net/http\n",
+			wantStderr: "check-imports: ./test/integration/testdata/importcheck/indirect depends on forbidden packages (pure); the way in:\n  " + pkg + "leaky imports net/http\n",
 		},
 		"apimachinery": {
 			args:       []string{"./dispatcher/policy", "./api/v1alpha1"},
 			wantCode:   1,
 			wantStdout: "check-imports: ./dispatcher/policy ok\n",
-			wantStderr: "check-imports: ./api/v1alpha1 depends on forbidden packages; the way in:\n" +
+			wantStderr: "check-imports: ./api/v1alpha1 depends on forbidden packages (pure); the way in:\n" +
 				"  golang.org/x/net/internal/httpcommon imports net/http/httptrace\n" +
 				"  golang.org/x/net/http2 imports net/http\n" +
 				"  golang.org/x/net/http2 imports net/http/httptrace\n" +
@@ -97,6 +97,21 @@ func TestCheckImports(t *testing.T) {
 			args:       []string{"./test/integration/testdata/importcheck/clean"},
 			wantStdout: "check-imports: ./test/integration/testdata/importcheck/clean ok\n",
 		},
+		"no-client: a client reached through controller-runtime": {
+			args:     []string{"--rule", "no-client", "./test/integration/testdata/importcheck/kubeclient"},
+			wantCode: 1,
+			wantStderr: "check-imports: ./test/integration/testdata/importcheck/kubeclient depends on forbidden packages (no-client); the way in:\n  " +
+				pkg + "kubeclient imports sigs.k8s.io/controller-runtime/pkg/client\n",
+		},
+		"no-client: API types and apimachinery are allowed": {
+			args:       []string{"--rule=no-client", "./api/v1alpha1", "./test/integration/testdata/importcheck/leaky"},
+			wantStdout: "check-imports: ./api/v1alpha1 ok\ncheck-imports: ./test/integration/testdata/importcheck/leaky ok\n",
+		},
+		"an unknown rule": {
+			args:       []string{"--rule", "strict", "./capacity"},
+			wantCode:   2,
+			wantStderr: "usage: hack/check-imports.sh [--rule pure|no-client] [PACKAGE...]\n",
+		},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -108,14 +123,42 @@ func TestCheckImports(t *testing.T) {
 		})
 	}
 
-	// The real boundary: whatever of dispatcher/queue and dispatcher/policy
-	// exists must pass.
+	// The real boundaries: the tree passes them all.
 	stdout, stderr, code := script(t, "", "hack/check-imports.sh")
-	if code != 0 {
-		t.Errorf("hack/check-imports.sh on the tree: exit %d\n%s%s", code, stdout, stderr)
+	want := "check-imports: ./dispatcher/queue ok\ncheck-imports: ./dispatcher/policy ok\ncheck-imports: ./capacity ok\ncheck-imports: ./simulate ok\n"
+	if diff := cmp.Diff([]any{0, want, ""}, []any{code, stdout, stderr}); diff != "" {
+		t.Errorf("hack/check-imports.sh on the tree: exit code, stdout, stderr (-want +got):\n%s", diff)
 	}
-	if !strings.Contains(stdout, "check-imports: ./dispatcher/policy ok\n") {
-		t.Errorf("hack/check-imports.sh did not check dispatcher/policy:\n%s", stdout)
+}
+
+// TestCheckImportsGuardsCapacityAndSimulate adds a Kubernetes client to a
+// copy of the tree, once in capacity (which simulate imports) and once in
+// simulate itself: the default run, the one `make lint` makes, must name
+// both ways in.
+func TestCheckImportsGuardsCapacityAndSimulate(t *testing.T) {
+	t.Parallel()
+	dir := copyTree(t)
+	for file, imp := range map[string]string{
+		"capacity/leak.go": "sigs.k8s.io/controller-runtime/pkg/client",
+		"simulate/leak.go": "k8s.io/client-go/rest",
+	} {
+		pkg := filepath.Base(filepath.Dir(file))
+		src := "package " + pkg + "\n\nimport _ \"" + imp + "\"\n"
+		if err := os.WriteFile(filepath.Join(dir, file), []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stdout, stderr, code := script(t, dir, "hack/check-imports.sh")
+	const mod = "github.com/tiergate/tiergate/"
+	want := []any{1,
+		"check-imports: ./dispatcher/queue ok\ncheck-imports: ./dispatcher/policy ok\n",
+		"check-imports: ./capacity depends on forbidden packages (no-client); the way in:\n" +
+			"  " + mod + "capacity imports sigs.k8s.io/controller-runtime/pkg/client\n" +
+			"check-imports: ./simulate depends on forbidden packages (no-client); the way in:\n" +
+			"  " + mod + "capacity imports sigs.k8s.io/controller-runtime/pkg/client\n" +
+			"  " + mod + "simulate imports k8s.io/client-go/rest\n"}
+	if diff := cmp.Diff(want, []any{code, stdout, stderr}); diff != "" {
+		t.Errorf("exit code, stdout, stderr (-want +got):\n%s", diff)
 	}
 }
 
