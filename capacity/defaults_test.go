@@ -1,0 +1,101 @@
+package capacity
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/tiergate/tiergate/api/v1alpha1"
+	seed "github.com/tiergate/tiergate/capacity/capacitytest"
+)
+
+func TestApplyDefaults(t *testing.T) {
+	tests := map[string]struct {
+		in, want v1alpha1.ModelPoolSpec
+	}{
+		"every defaulted field unset": {
+			in: v1alpha1.ModelPoolSpec{},
+			want: v1alpha1.ModelPoolSpec{
+				ServiceTime:    v1alpha1.ServiceTime{Source: v1alpha1.ServiceTimeDeclared},
+				Authentication: v1alpha1.Authentication{Mode: v1alpha1.AuthTrustedHeader, HeaderName: "X-Tenant-ID"},
+				SharedState:    v1alpha1.SharedStateLocal,
+				Backend:        v1alpha1.Backend{Scheme: "http"},
+				Dispatchers:    v1alpha1.Dispatchers{AdminPort: 9090},
+			},
+		},
+		"set fields are kept, and ageing is left alone": {
+			in: v1alpha1.ModelPoolSpec{
+				ServiceTime:    v1alpha1.ServiceTime{Source: v1alpha1.ServiceTimeMeasured},
+				Authentication: v1alpha1.Authentication{Mode: v1alpha1.AuthAPIKey, HeaderName: "X-Org"},
+				SharedState:    v1alpha1.SharedStateRedis,
+				Backend:        v1alpha1.Backend{Port: 8000, Scheme: "https"},
+				Dispatchers:    v1alpha1.Dispatchers{AdminPort: 9999},
+			},
+			want: v1alpha1.ModelPoolSpec{
+				ServiceTime:    v1alpha1.ServiceTime{Source: v1alpha1.ServiceTimeMeasured},
+				Authentication: v1alpha1.Authentication{Mode: v1alpha1.AuthAPIKey, HeaderName: "X-Org"},
+				SharedState:    v1alpha1.SharedStateRedis,
+				Backend:        v1alpha1.Backend{Port: 8000, Scheme: "https"},
+				Dispatchers:    v1alpha1.Dispatchers{AdminPort: 9999},
+			},
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			got := tc.in
+			ApplyDefaults(&got)
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestComputeBoundsDefaultsACopy checks that a pool that was never
+// defaulted gets the CRD's defaults in its policy, and that its spec is
+// left as it was.
+func TestComputeBoundsDefaultsACopy(t *testing.T) {
+	pool := seed.Pool(func(p *v1alpha1.ModelPool) {
+		p.Spec.ServiceTime.Source = ""
+		p.Spec.Authentication = v1alpha1.Authentication{}
+		p.Spec.SharedState = ""
+		p.Spec.Ageing = v1alpha1.Ageing{}
+	})
+	before := pool.DeepCopy()
+	got, err := ComputeBounds(BoundsInput{Pool: pool, ReadyReplicas: 6, Tiers: seed.Tiers(), Dispatchers: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pol := got.PolicyFor(0)
+	gotDefaults := []any{got.Pool.ServiceTimeSource, got.Pool.AgeingRate, pol.Authentication.Mode, pol.Authentication.HeaderName, pol.SharedState}
+	want := []any{v1alpha1.ServiceTimeDeclared, DefaultAgeingRate, "TrustedHeader", "X-Tenant-ID", "Local"}
+	if diff := cmp.Diff(want, gotDefaults); diff != "" {
+		t.Errorf("source, ageing rate, auth mode, header, shared state (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(before, pool); diff != "" {
+		t.Errorf("ComputeBounds changed its input (-before +after):\n%s", diff)
+	}
+}
+
+func TestHorizonMessage(t *testing.T) {
+	tests := map[string]struct {
+		pool PoolBounds
+		want string
+	}{
+		"no client timeout": {PoolBounds{AgeingRate: 6 * time.Second, AgeingHorizon: 2 * time.Minute},
+			"ageing horizon 2m0s (6s per point × 20 points); no clientTimeout is set"},
+		"within the client timeout": {PoolBounds{AgeingRate: 6 * time.Second, AgeingHorizon: 2 * time.Minute, ClientTimeout: 3 * time.Minute},
+			"ageing horizon 2m0s (6s per point × 20 points) is within clientTimeout 3m0s"},
+		"beyond the client timeout": {PoolBounds{AgeingRate: 6 * time.Second, AgeingHorizon: 2 * time.Minute, ClientTimeout: 30 * time.Second, HorizonExceedsClientTimeout: true},
+			"ageing horizon 2m0s (6s per point × 20 points) exceeds clientTimeout 30s: under sustained load of the top tier a request of the lowest tier expires before ageing lifts it, so the starvation guarantee is void"},
+		"one tier: no points": {PoolBounds{AgeingRate: 2 * time.Minute}, "ageing horizon 0s (2m0s per point × 0 points); no clientTimeout is set"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			if diff := cmp.Diff(tc.want, HorizonMessage(tc.pool)); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+		})
+	}
+}
