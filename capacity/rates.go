@@ -13,7 +13,6 @@ import (
 // replica starting from zero) changes one place.
 type rates struct {
 	replicas    int32         // R
-	perReplica  int32         // C
 	concurrency int64         // P = R × C
 	serviceTime time.Duration // S, > 0
 	source      v1alpha1.ServiceTimeSource
@@ -25,7 +24,6 @@ type rates struct {
 func poolRates(spec *v1alpha1.ModelPoolSpec, replicas int32, observed time.Duration) (rates, error) {
 	r := rates{
 		replicas:    replicas,
-		perReplica:  spec.ConcurrencyPerReplica,
 		concurrency: int64(replicas) * int64(spec.ConcurrencyPerReplica),
 		serviceTime: spec.ServiceTime.Mean.Duration,
 		source:      spec.ServiceTime.Source,

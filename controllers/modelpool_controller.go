@@ -165,7 +165,7 @@ func (r *PoolReconciler) forget(ctx context.Context, key types.NamespacedName, s
 	}
 	for i := range tiers.Items {
 		t := &tiers.Items[i]
-		if _, err := patchStatus(ctx, r.Client, t, &t.Status, orphanTierStatus(t.Status, t.Generation, key.Name, stamp)); client.IgnoreNotFound(err) != nil {
+		if _, err := patchStatus(ctx, r.Client, t, &t.Status, orphanTierStatus(t.Status, t.Generation, key.Name, stamp), lastWriteWins); client.IgnoreNotFound(err) != nil {
 			return err
 		}
 		var quotas v1alpha1.TenantQuotaList
@@ -176,7 +176,7 @@ func (r *PoolReconciler) forget(ctx context.Context, key types.NamespacedName, s
 			q := &quotas.Items[j]
 			st := desiredQuotaStatus(q.Status, quotaView{Generation: q.Generation, PoolMissing: true,
 				Tenant: capacity.TenantBounds{QuotaName: q.Name, Tenant: q.Spec.Tenant, Tier: q.Spec.TierRef.Name}}, stamp)
-			if _, err := patchStatus(ctx, r.Client, q, &q.Status, st); client.IgnoreNotFound(err) != nil {
+			if _, err := patchStatus(ctx, r.Client, q, &q.Status, st, lastWriteWins); client.IgnoreNotFound(err) != nil {
 				return err
 			}
 		}

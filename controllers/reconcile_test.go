@@ -14,10 +14,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/events"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
@@ -100,14 +98,7 @@ func without(objs []client.Object, kind client.Object, name string) []client.Obj
 // of the real cache; funcs intercept calls.
 func newFakeClient(t *testing.T, objs []client.Object, funcs interceptor.Funcs) client.Client {
 	t.Helper()
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	if err := v1alpha1.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	b := fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).
+	b := fake.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(objs...).
 		WithStatusSubresource(&v1alpha1.ModelPool{}, &v1alpha1.ServiceTier{}, &v1alpha1.TenantQuota{}).
 		WithInterceptorFuncs(funcs)
 	for _, ix := range fieldIndexes {

@@ -2,30 +2,61 @@ package controllers
 
 import (
 	"context"
+	"encoding/json"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tiergate/tiergate/api/v1alpha1"
 	"github.com/tiergate/tiergate/capacity"
 )
 
+// statusLock says whether a status write may overwrite a status written
+// since the object was read.
+type statusLock bool
+
+const (
+	// lastWriteWins suits tiers and quotas: whatever the pool reconciler
+	// computes last is right.
+	lastWriteWins statusLock = false
+	// optimisticLock suits the pool, whose status holds the policy version:
+	// a write from a stale object fails with a Conflict instead.
+	optimisticLock statusLock = true
+)
+
+// patchOp is one RFC 6902 JSON Patch operation.
+type patchOp struct {
+	Op    string `json:"op"`
+	Path  string `json:"path"`
+	Value any    `json:"value"`
+}
+
 // patchStatus writes want as obj's status when it differs from *cur, which
-// must be obj's status field, and reports whether it wrote. The merge patch
-// carries only what changed; with client.MergeFromWithOptimisticLock it
-// also carries the resourceVersion, so a write from a stale object fails
-// with a Conflict instead of overwriting a newer status.
-func patchStatus[S any](ctx context.Context, c client.Client, obj client.Object, cur *S, want S, opts ...client.MergeFromOption) (bool, error) {
+// must be obj's status field, and reports whether it wrote. The JSON Patch
+// replaces the whole status, so what want leaves empty is cleared and a
+// struct is never written in part (a merge patch from a status the server
+// never stored would leave out its zero-valued required fields). With
+// optimisticLock it also sets the resourceVersion the object was read at,
+// which the API server then requires to be current.
+func patchStatus[S any](ctx context.Context, c client.Client, obj client.Object, cur *S, want S, lock statusLock) (bool, error) {
 	if equality.Semantic.DeepEqual(*cur, want) {
 		return false, nil
 	}
-	orig := obj.DeepCopyObject().(client.Object)
+	ops := []patchOp{{Op: "add", Path: "/status", Value: want}}
+	if lock {
+		ops = append(ops, patchOp{Op: "replace", Path: "/metadata/resourceVersion", Value: obj.GetResourceVersion()})
+	}
+	body, err := json.Marshal(ops)
+	if err != nil {
+		return false, err
+	}
 	*cur = want
-	return true, c.Status().Patch(ctx, obj, client.MergeFromWithOptions(orig, opts...))
+	return true, c.Status().Patch(ctx, obj, client.RawPatch(types.JSONPatchType, body))
 }
 
 // writePoolStatus writes the pool's status when it changed and records the
@@ -33,7 +64,7 @@ func patchStatus[S any](ctx context.Context, c client.Client, obj client.Object,
 // again from the fresh object and nothing of this reconcile is pushed.
 func (r *PoolReconciler) writePoolStatus(ctx context.Context, pool *v1alpha1.ModelPool, st v1alpha1.ModelPoolStatus, observedS, prevObservedS time.Duration) error {
 	old := *pool.Status.DeepCopy()
-	wrote, err := patchStatus(ctx, r.Client, pool, &pool.Status, st, client.MergeFromWithOptimisticLock{})
+	wrote, err := patchStatus(ctx, r.Client, pool, &pool.Status, st, optimisticLock)
 	if err != nil || !wrote {
 		return err
 	}
@@ -79,7 +110,7 @@ func (r *PoolReconciler) writeTierStatus(ctx context.Context, pool *v1alpha1.Mod
 		t := &obs.tiers[i]
 		before[t.Name] = t.Status.QueueBound
 		st := desiredTierStatus(t.Status, t.Generation, byName[t.Name], bounds.Pool, stamp)
-		if _, err := patchStatus(ctx, r.Client, t, &t.Status, st); client.IgnoreNotFound(err) != nil {
+		if _, err := patchStatus(ctx, r.Client, t, &t.Status, st, lastWriteWins); client.IgnoreNotFound(err) != nil {
 			return err
 		}
 	}
@@ -107,7 +138,7 @@ func (r *PoolReconciler) writeQuotaStatus(ctx context.Context, pool *v1alpha1.Mo
 			SecretMissing: ss.missing,
 			KeysMissing:   ss.keys,
 		}, stamp)
-		if _, err := patchStatus(ctx, r.Client, q, &q.Status, st); client.IgnoreNotFound(err) != nil {
+		if _, err := patchStatus(ctx, r.Client, q, &q.Status, st, lastWriteWins); client.IgnoreNotFound(err) != nil {
 			return err
 		}
 	}

@@ -41,6 +41,6 @@ func (r *QuotaReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	}
 	st := desiredQuotaStatus(q.Status, quotaView{Generation: q.Generation, TierMissing: true,
 		Tenant: capacity.TenantBounds{QuotaName: q.Name, Tenant: q.Spec.Tenant, Tier: q.Spec.TierRef.Name, TierNotFound: true}}, now)
-	_, err = patchStatus(ctx, r.Client, &q, &q.Status, st)
+	_, err = patchStatus(ctx, r.Client, &q, &q.Status, st, lastWriteWins)
 	return ctrl.Result{}, client.IgnoreNotFound(err)
 }
