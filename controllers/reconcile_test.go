@@ -171,7 +171,7 @@ func errKind(err error) string {
 
 // observeOutcome reads back what the reconcile left in the store and
 // handed the Pusher.
-func observeOutcome(t *testing.T, ctx context.Context, c client.Client, p *fakePusher, rec *events.FakeRecorder, err error, writes int) outcome {
+func observeOutcome(ctx context.Context, t *testing.T, c client.Client, p *fakePusher, rec *events.FakeRecorder, err error, writes int) outcome {
 	t.Helper()
 	got := outcome{Err: errKind(err), Synced: p.synced, Forgot: len(p.forgot) > 0, StatusWrites: writes,
 		Tiers: map[string]tierStatusRow{}, Quotas: map[string]string{}}
@@ -394,7 +394,7 @@ func TestPoolReconcile(t *testing.T) {
 				r.Pusher = p
 				writes = 0
 				_, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: seedKey})
-				got := observeOutcome(t, ctx, c, p, rec, err, writes)
+				got := observeOutcome(ctx, t, c, p, rec, err, writes)
 				if diff := cmp.Diff(s.want, got, cmpopts.EquateEmpty()); diff != "" {
 					t.Errorf("step %d (-want +got):\n%s", i, diff)
 				}
