@@ -88,7 +88,7 @@ func TestSimulateCommandJSONAndPlot(t *testing.T) {
 	if doc.Seed != 42 || doc.Utilisation == nil || doc.SimulatedSeconds != 600 || doc.Warnings == nil {
 		t.Errorf("top level: seed %d, utilisation %v, simulatedSeconds %g, warnings %v", doc.Seed, doc.Utilisation, doc.SimulatedSeconds, doc.Warnings)
 	}
-	// The field names outside scripts rely on (issue 8).
+	// The field names that outside scripts rely on.
 	want := []string{"abandoned", "admitted", "bound", "maxWait", "offered", "refused", "served", "tenantLimit", "throughput", "wait"}
 	for name, tier := range doc.Tiers {
 		for _, f := range want {

@@ -36,6 +36,15 @@ func newSampler(dist string, mean, stddev time.Duration) sampler {
 	return s
 }
 
+// loadSampler is the Load's service-time distribution; without one, and for
+// an unset mean, the pool's declared mean, exponential.
+func loadSampler(st *ServiceTimeSpec, poolMean time.Duration) sampler {
+	if st == nil {
+		return newSampler(DistExponential, poolMean, 0)
+	}
+	return newSampler(st.Distribution, durOr(st.Mean, poolMean), durOr(st.Stddev, 0))
+}
+
 // draw returns one service time, at least 1ns so that a completion always
 // comes after its dispatch.
 func (s sampler) draw(r *rand.Rand) time.Duration {

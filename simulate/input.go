@@ -78,117 +78,151 @@ var decoder = func() runtime.Decoder {
 // Read decodes every document of every source. Documents are separated by
 // "---"; empty ones are skipped.
 func Read(srcs ...Source) (*Input, error) {
-	in := &Input{}
-	var pools []*v1alpha1.ModelPool
-	var loadAt string
+	rd := &reader{in: &Input{}}
 	for _, src := range srcs {
-		r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(src.Data)))
-		for n := 1; ; n++ {
-			doc, err := r.Read()
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			if err != nil {
-				return nil, fmt.Errorf("%s: %w: %v", src.Name, ErrSyntax, err)
-			}
-			where := fmt.Sprintf("%s: document %d", src.Name, n)
-			js, err := yaml.YAMLToJSON(doc)
-			if err != nil {
-				return nil, fmt.Errorf("%s: %w: %v", where, ErrSyntax, err)
-			}
-			js = bytes.TrimSpace(js)
-			if string(js) == "null" || string(js) == "{}" {
-				n-- // a comment-only or empty document is not counted
-				continue
-			}
-			var tm struct {
-				APIVersion string `json:"apiVersion"`
-				Kind       string `json:"kind"`
-				Metadata   struct {
-					Name string `json:"name"`
-				} `json:"metadata"`
-			}
-			if err := json.Unmarshal(js, &tm); err != nil {
-				return nil, fmt.Errorf("%s: %w: %v", where, ErrSyntax, err)
-			}
-			switch tm.Kind {
-			case "ModelPool", "ServiceTier", "TenantQuota", KindLoad:
-			default:
-				return nil, fmt.Errorf("%s: %w %q (want ModelPool, ServiceTier, TenantQuota or Load)", where, ErrUnknownKind, tm.Kind)
-			}
-			if tm.APIVersion != v1alpha1.GroupVersion.String() {
-				return nil, fmt.Errorf("%s (%s): %w: apiVersion %q (want %q)", where, tm.Kind, ErrInvalid, tm.APIVersion, v1alpha1.GroupVersion.String())
-			}
-			if tm.Kind == KindLoad {
-				where += " (Load)"
-			} else {
-				where += fmt.Sprintf(" (%s %q)", tm.Kind, tm.Metadata.Name)
-			}
-
-			if tm.Kind == KindLoad {
-				if loadAt != "" {
-					return nil, fmt.Errorf("%s: %w: a second Load (the first is %s)", where, ErrDuplicate, loadAt)
-				}
-				l := &Load{}
-				strict, err := kjson.UnmarshalStrict(js, l)
-				if err != nil {
-					return nil, fmt.Errorf("%s: %w: %v", where, ErrSyntax, err)
-				}
-				if err := firstStrict(strict); err != nil {
-					return nil, fmt.Errorf("%s: %w", where, err)
-				}
-				if err := l.Spec.validate(); err != nil {
-					return nil, fmt.Errorf("%s: %w", where, err)
-				}
-				in.Load, loadAt = l, where
-				continue
-			}
-
-			obj, _, err := decoder.Decode(js, nil, nil)
-			if err != nil {
-				if runtime.IsStrictDecodingError(err) {
-					var sde interface{ Errors() []error }
-					if errors.As(err, &sde) {
-						return nil, fmt.Errorf("%s: %w", where, firstStrict(sde.Errors()))
-					}
-				}
-				return nil, fmt.Errorf("%s: %w: %v", where, ErrSyntax, err)
-			}
-			if tm.Metadata.Name == "" {
-				return nil, fmt.Errorf("%s: %w: metadata.name is required", where, ErrInvalid)
-			}
-			var raw map[string]any
-			_ = json.Unmarshal(js, &raw)
-			switch o := obj.(type) {
-			case *v1alpha1.ModelPool:
-				if err := defaultPool(o, raw); err != nil {
-					return nil, fmt.Errorf("%s: %w", where, err)
-				}
-				pools = append(pools, o)
-			case *v1alpha1.ServiceTier:
-				defaultNamespace(&o.ObjectMeta)
-				if err := validateTier(o); err != nil {
-					return nil, fmt.Errorf("%s: %w", where, err)
-				}
-				in.Tiers = append(in.Tiers, *o)
-			case *v1alpha1.TenantQuota:
-				defaultNamespace(&o.ObjectMeta)
-				if err := validateQuota(o); err != nil {
-					return nil, fmt.Errorf("%s: %w", where, err)
-				}
-				in.Quotas = append(in.Quotas, *o)
-			}
+		if err := rd.source(src); err != nil {
+			return nil, err
 		}
 	}
+	return rd.finish()
+}
+
+// reader collects the documents of all sources into one Input.
+type reader struct {
+	in    *Input
+	pools []*v1alpha1.ModelPool
+	// loadAt names the document the Load came from.
+	loadAt string
+}
+
+// typeHeader is what every document states about itself.
+type typeHeader struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	Metadata   struct {
+		Name string `json:"name"`
+	} `json:"metadata"`
+}
+
+// source reads the documents of one file. n counts the non-empty ones,
+// which is how errors name a document.
+func (rd *reader) source(src Source) error {
+	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(src.Data)))
+	n := 1
+	for {
+		doc, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w: %v", src.Name, ErrSyntax, err)
+		}
+		where := fmt.Sprintf("%s: document %d", src.Name, n)
+		js, err := yaml.YAMLToJSON(doc)
+		if err != nil {
+			return fmt.Errorf("%s: %w: %v", where, ErrSyntax, err)
+		}
+		js = bytes.TrimSpace(js)
+		if string(js) == "null" || string(js) == "{}" {
+			continue // a comment-only or empty document is not counted
+		}
+		n++
+		if err := rd.document(where, js); err != nil {
+			return err
+		}
+	}
+}
+
+// document checks a document's kind and apiVersion and adds it.
+func (rd *reader) document(where string, js []byte) error {
+	var tm typeHeader
+	if err := json.Unmarshal(js, &tm); err != nil {
+		return fmt.Errorf("%s: %w: %v", where, ErrSyntax, err)
+	}
+	switch tm.Kind {
+	case "ModelPool", "ServiceTier", "TenantQuota", KindLoad:
+	default:
+		return fmt.Errorf("%s: %w %q (want ModelPool, ServiceTier, TenantQuota or Load)", where, ErrUnknownKind, tm.Kind)
+	}
+	if tm.APIVersion != v1alpha1.GroupVersion.String() {
+		return fmt.Errorf("%s (%s): %w: apiVersion %q (want %q)", where, tm.Kind, ErrInvalid, tm.APIVersion, v1alpha1.GroupVersion.String())
+	}
+	if tm.Kind == KindLoad {
+		return rd.load(where+" (Load)", js)
+	}
+	return rd.object(fmt.Sprintf("%s (%s %q)", where, tm.Kind, tm.Metadata.Name), js, tm.Metadata.Name)
+}
+
+// load decodes the Load strictly and validates it on its own.
+func (rd *reader) load(where string, js []byte) error {
+	if rd.loadAt != "" {
+		return fmt.Errorf("%s: %w: a second Load (the first is %s)", where, ErrDuplicate, rd.loadAt)
+	}
+	l := &Load{}
+	strict, err := kjson.UnmarshalStrict(js, l)
+	if err != nil {
+		return fmt.Errorf("%s: %w: %v", where, ErrSyntax, err)
+	}
+	if err := firstStrict(strict); err != nil {
+		return fmt.Errorf("%s: %w", where, err)
+	}
+	if err := l.Spec.validate(); err != nil {
+		return fmt.Errorf("%s: %w", where, err)
+	}
+	rd.in.Load, rd.loadAt = l, where
+	return nil
+}
+
+// object decodes a ModelPool, ServiceTier or TenantQuota with the scheme's
+// strict decoder, then defaults and validates it as the API server would.
+func (rd *reader) object(where string, js []byte, name string) error {
+	obj, _, err := decoder.Decode(js, nil, nil)
+	if err != nil {
+		if runtime.IsStrictDecodingError(err) {
+			var sde interface{ Errors() []error }
+			if errors.As(err, &sde) {
+				return fmt.Errorf("%s: %w", where, firstStrict(sde.Errors()))
+			}
+		}
+		return fmt.Errorf("%s: %w: %v", where, ErrSyntax, err)
+	}
+	if name == "" {
+		return fmt.Errorf("%s: %w: metadata.name is required", where, ErrInvalid)
+	}
+	var raw map[string]any
+	_ = json.Unmarshal(js, &raw)
+	switch o := obj.(type) {
+	case *v1alpha1.ModelPool:
+		err = defaultPool(o, raw)
+		rd.pools = append(rd.pools, o)
+	case *v1alpha1.ServiceTier:
+		defaultNamespace(&o.ObjectMeta)
+		err = validateTier(o)
+		rd.in.Tiers = append(rd.in.Tiers, *o)
+	case *v1alpha1.TenantQuota:
+		defaultNamespace(&o.ObjectMeta)
+		err = validateQuota(o)
+		rd.in.Quotas = append(rd.in.Quotas, *o)
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %w", where, err)
+	}
+	return nil
+}
+
+// finish checks that there is one pool and one Load and keeps the pool's
+// own objects.
+func (rd *reader) finish() (*Input, error) {
+	in := rd.in
 	switch {
-	case len(pools) == 0:
+	case len(rd.pools) == 0:
 		return nil, fmt.Errorf("%w: pass the pool with -f (kind: ModelPool)", ErrMissingPool)
-	case len(pools) > 1:
-		return nil, fmt.Errorf("%w: %d ModelPools; simulate one pool at a time", ErrDuplicate, len(pools))
+	case len(rd.pools) > 1:
+		return nil, fmt.Errorf("%w: %d ModelPools; simulate one pool at a time", ErrDuplicate, len(rd.pools))
 	case in.Load == nil:
 		return nil, fmt.Errorf("%w: pass one with -f (kind: Load)", ErrMissingLoad)
 	}
-	in.Pool = pools[0]
+	in.Pool = rd.pools[0]
 	return in, in.resolve()
 }
 

@@ -195,6 +195,26 @@ spec:
 			wantErr: ErrInvalid,
 			wantMsg: `invalid: pool default/llm has no ServiceTier (pass them with -f, kind: ServiceTier, spec.poolRef.name: llm)`,
 		},
+		"object without a name": {
+			srcs:    []Source{src("x.yaml", poolDoc+"---\n"+strings.Replace(tierDoc, "metadata: {name: free}", "metadata: {namespace: default}", 1))},
+			wantErr: ErrInvalid,
+			wantMsg: `x.yaml: document 2 (ServiceTier ""): invalid: metadata.name is required`,
+		},
+		"a tier given twice": {
+			srcs:    []Source{src("x.yaml", poolDoc+"---\n"+tierDoc+"---\n"+tierDoc+"---\n"+loadDoc)},
+			wantErr: ErrDuplicate,
+			wantMsg: `duplicate document: ServiceTier default/free given twice`,
+		},
+		"a field of the wrong type": {
+			srcs:    []Source{src("pool.yaml", strings.Replace(poolDoc, "concurrencyPerReplica: 4", "concurrencyPerReplica: four", 1))},
+			wantErr: ErrSyntax,
+			wantMsg: `pool.yaml: document 1 (ModelPool "llm"): malformed document: json: cannot unmarshal string into Go struct field ModelPoolSpec.spec.concurrencyPerReplica of type int32`,
+		},
+		"empty and comment-only documents are not counted": {
+			srcs:    []Source{src("x.yaml", "---\n# only a comment\n---\n{}\n---\nkind: Gadget\n")},
+			wantErr: ErrUnknownKind,
+			wantMsg: `x.yaml: document 1: unknown kind "Gadget" (want ModelPool, ServiceTier, TenantQuota or Load)`,
+		},
 		"not YAML": {
 			srcs:    []Source{src("x.yaml", "kind: [\n")},
 			wantErr: ErrSyntax,

@@ -29,49 +29,8 @@ func WritePlot(w io.Writer, r *Result) error {
 
 	end := r.SimulatedSeconds / 60
 	for i, name := range r.tierOrder() {
-		s := r.series[name]
-		col := plotutil.Color(i)
-		var dispatched, expired int64
-		for b := range s.count {
-			dispatched += s.count[b]
-			expired += s.expired[b]
-		}
-		label := fmt.Sprintf("%s (%d dispatched, %d expired)", name, dispatched, expired)
-		// One line per run of buckets with dispatches: a gap in the data
-		// stays a gap in the plot.
-		first := true
-		for _, run := range s.runs() {
-			var mean, longest plotter.XYs
-			for _, b := range run {
-				x := (float64(b) + 0.5) * s.width / 60
-				mean = append(mean, plotter.XY{X: x, Y: s.sum[b] / float64(s.count[b])})
-				longest = append(longest, plotter.XY{X: x, Y: s.max[b]})
-			}
-			l, pts, err := plotter.NewLinePoints(mean)
-			if err != nil {
-				return err
-			}
-			l.Color, l.Width = col, vg.Points(1.5)
-			pts.Color, pts.Radius = col, vg.Points(1)
-			m, err := plotter.NewLine(longest)
-			if err != nil {
-				return err
-			}
-			m.Color, m.Dashes = col, []vg.Length{vg.Points(4), vg.Points(2)}
-			p.Add(l, pts, m)
-			if first {
-				p.Legend.Add(label, l)
-				first = false
-			}
-		}
-		g, err := plotter.NewLine(plotter.XYs{{X: 0, Y: s.maxWaitSec}, {X: end, Y: s.maxWaitSec}})
-		if err != nil {
+		if err := plotTier(p, name, r.series[name], plotutil.Color(i), end); err != nil {
 			return err
-		}
-		g.Color, g.Dashes = col, []vg.Length{vg.Points(1), vg.Points(3)}
-		p.Add(g)
-		if first {
-			p.Legend.Add(label, g)
 		}
 	}
 	// Headroom above the highest line keeps the legend off the data.
@@ -94,4 +53,52 @@ func WritePlot(w io.Writer, r *Result) error {
 	}
 	_, err = wt.WriteTo(w)
 	return err
+}
+
+// plotTier draws one tier's mean and longest waits and its stated maxWait
+// up to end (minutes).
+func plotTier(p *plot.Plot, name string, s *series, col color.Color, end float64) error {
+	var dispatched, expired int64
+	for b := range s.count {
+		dispatched += s.count[b]
+		expired += s.expired[b]
+	}
+	label := fmt.Sprintf("%s (%d dispatched, %d expired)", name, dispatched, expired)
+	// One line per run of buckets with dispatches: a gap in the data stays
+	// a gap in the plot.
+	first := true
+	for _, run := range s.runs() {
+		var mean, longest plotter.XYs
+		for _, b := range run {
+			x := (float64(b) + 0.5) * s.width / 60
+			mean = append(mean, plotter.XY{X: x, Y: s.sum[b] / float64(s.count[b])})
+			longest = append(longest, plotter.XY{X: x, Y: s.max[b]})
+		}
+		l, pts, err := plotter.NewLinePoints(mean)
+		if err != nil {
+			return err
+		}
+		l.Color, l.Width = col, vg.Points(1.5)
+		pts.Color, pts.Radius = col, vg.Points(1)
+		m, err := plotter.NewLine(longest)
+		if err != nil {
+			return err
+		}
+		m.Color, m.Dashes = col, []vg.Length{vg.Points(4), vg.Points(2)}
+		p.Add(l, pts, m)
+		if first {
+			p.Legend.Add(label, l)
+			first = false
+		}
+	}
+	g, err := plotter.NewLine(plotter.XYs{{X: 0, Y: s.maxWaitSec}, {X: end, Y: s.maxWaitSec}})
+	if err != nil {
+		return err
+	}
+	g.Color, g.Dashes = col, []vg.Length{vg.Points(1), vg.Points(3)}
+	p.Add(g)
+	if first {
+		p.Legend.Add(label, g)
+	}
+	return nil
 }

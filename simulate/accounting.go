@@ -1,0 +1,118 @@
+package simulate
+
+import "time"
+
+// tierState is one tier's queue length and figures.
+type tierState struct {
+	name   string
+	queued int
+	// area is ∫ queued dt over the window, request-seconds.
+	area       float64
+	sojournSum float64
+	sojournN   int64
+	// underMax is the longest wait of a request under its tenant's limits.
+	underMax time.Duration
+	res      *TierResult
+	ser      *series
+}
+
+// count adds to a figure of the tenant and of its tier, if now is inside
+// the measured window.
+func (e *engine) count(ts *tenantState, add func(*Figures)) {
+	if e.inWindow() {
+		add(&ts.res.Figures)
+		add(&ts.tier.res.Figures)
+	}
+}
+
+// enqueued counts an admission. r now waits in the queue; it is about the
+// guarantee if its tenant is under its concurrency limit now and stays so
+// until r is dispatched.
+func (e *engine) enqueued(r *request) {
+	ts, tier := r.ten, r.ten.tier
+	e.count(ts, func(f *Figures) { f.Admitted++ })
+	e.admitted++
+	r.state, r.admitAt = stQueued, e.now
+	r.underLimits, r.capMark = ts.inflight < ts.limit, ts.capHits
+	tier.queued++
+	tier.res.MaxQueued = max(tier.res.MaxQueued, tier.queued)
+}
+
+// leaveQueue counts r's time in the queue, however it left.
+func (e *engine) leaveQueue(r *request) {
+	tier := r.ten.tier
+	tier.queued--
+	if e.inWindow() {
+		tier.sojournSum += (e.now - r.admitAt).Seconds()
+		tier.sojournN++
+	}
+}
+
+// recordWait counts the wait of a dispatched request.
+func (e *engine) recordWait(r *request, waited time.Duration) {
+	ts, tier := r.ten, r.ten.tier
+	if e.inWindow() {
+		w := waited.Seconds()
+		ts.res.waits = append(ts.res.waits, w)
+		tier.res.waits = append(tier.res.waits, w)
+		if r.underLimits && ts.capHits == r.capMark {
+			tier.res.UnderLimits.Count++
+			tier.underMax = max(tier.underMax, waited)
+		}
+	}
+	tier.ser.add(e.now.Seconds(), waited.Seconds())
+}
+
+// integrate adds the part of [lastT, t] inside the window to the
+// time-weighted figures.
+func (e *engine) integrate(t time.Duration) {
+	from := max(e.lastT, e.warmup)
+	if t > from {
+		dt := (t - from).Seconds()
+		e.inflightArea += float64(e.inflight) * dt
+		// After a scale-down, slots still busy count as capacity until
+		// they free.
+		e.slotsArea += float64(max(e.slots, e.inflight)) * dt
+		for _, ts := range e.tiers {
+			ts.area += float64(ts.queued) * dt
+		}
+	}
+	e.lastT = t
+}
+
+// finish turns the counts into the Result.
+func (e *engine) finish() *Result {
+	res := e.res
+	window := (e.duration - e.warmup).Seconds()
+	if e.slotsArea > 0 {
+		res.Utilisation = round6(e.inflightArea / e.slotsArea)
+	}
+	var served int64
+	for _, tr := range res.Tiers {
+		served += tr.Served
+	}
+	share := func(n int64) float64 {
+		if served == 0 {
+			return 0
+		}
+		return round6(float64(n) / float64(served))
+	}
+	for _, ts := range e.tiers {
+		tr := ts.res
+		tr.finish(window)
+		tr.ThroughputShare = share(tr.Served)
+		tr.UnderLimits.MaxWait = round6(ts.underMax.Seconds())
+		tr.UnderLimits.WithinMaxWait = ts.underMax <= maxWaitOf(e.first, ts.name)
+		tr.Queue.MeanLength = round6(ts.area / window)
+		tr.Queue.AdmissionRate = round6(float64(tr.Admitted) / window)
+		if ts.sojournN > 0 {
+			tr.Queue.MeanTimeInQueue = round6(ts.sojournSum / float64(ts.sojournN))
+		}
+	}
+	for _, ts := range e.tenants {
+		ts.res.finish(window)
+		ts.res.ThroughputShare = share(ts.res.Served)
+	}
+	res.Warnings = append(res.Warnings, e.warnings()...)
+	return res
+}

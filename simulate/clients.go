@@ -1,0 +1,204 @@
+package simulate
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/tiergate/tiergate/dispatcher/queue"
+)
+
+// tenantState is one Load tenant: its clients, its limits in force and its
+// figures.
+type tenantState struct {
+	cfg  *TenantLoad
+	name string
+	tier *tierState
+	// rng draws the tenant's arrivals and service times.
+	rng        *rand.Rand
+	limit      int
+	queueLimit int
+	inflight   int
+	// capHits counts the times the tenant reached its limit.
+	capHits    uint64
+	maxRetries int
+	burstStart time.Duration
+	res        *TenantResult
+}
+
+type reqState uint8
+
+const (
+	stNew reqState = iota
+	stQueued
+	stInFlight
+	stDone
+)
+
+// request is one client request, over all its attempts.
+type request struct {
+	id      uint64
+	ten     *tenantState
+	service time.Duration
+	attempt int32
+	retries int
+	state   reqState
+	admitAt time.Duration
+	// ticket is the scheduler's handle on the admitted request.
+	ticket queueTicket
+	// underLimits: the tenant was under its concurrency limit when the
+	// request was admitted; capMark is its capHits then.
+	underLimits bool
+	capMark     uint64
+}
+
+// unavailableBackoff is how long a closed-loop client waits after a 503,
+// which carries no measured Retry-After.
+const unavailableBackoff = time.Second
+
+// startClients schedules every tenant's first arrivals.
+func (e *engine) startClients() {
+	for _, ts := range e.tenants {
+		a := &ts.cfg.Arrival
+		switch a.Process {
+		case ProcPoisson:
+			e.push(event{at: expGap(ts.rng, secs(1/a.Rate)), kind: evArrive, ten: ts})
+		case ProcConstant:
+			e.push(event{at: secs(ts.rng.Float64() / a.Rate), kind: evArrive, ten: ts})
+		case ProcClosed:
+			for range a.Clients {
+				e.push(event{at: e.think(ts), kind: evClosed, ten: ts})
+			}
+		case ProcBurst:
+			ts.burstStart = a.At.Duration
+			e.push(event{at: ts.burstStart, kind: evArrive, ten: ts})
+		}
+	}
+}
+
+// arrive sends an open-loop request and schedules the tenant's next one.
+func (e *engine) arrive(ev event) {
+	ts := ev.ten
+	a := &ts.cfg.Arrival
+	e.newRequest(ts)
+	var next time.Duration
+	n := int32(0)
+	switch a.Process {
+	case ProcPoisson:
+		next = e.now + expGap(ts.rng, secs(1/a.Rate))
+	case ProcConstant:
+		next = e.now + secs(1/a.Rate)
+	case ProcBurst:
+		spread := durOr(a.Spread, 0)
+		if n = ev.n + 1; n < a.Count {
+			next = ts.burstStart + time.Duration(int64(spread)*int64(n)/int64(a.Count))
+		} else if every := durOr(a.Every, 0); every > 0 {
+			ts.burstStart += every
+			next, n = ts.burstStart, 0
+		} else {
+			return
+		}
+	}
+	if next < e.duration {
+		e.push(event{at: next, kind: evArrive, ten: ts, n: n})
+	}
+}
+
+// think is when a closed-loop client sends again.
+func (e *engine) think(ts *tenantState) time.Duration {
+	return e.now + expGap(ts.rng, durOr(ts.cfg.Arrival.Think, 0))
+}
+
+func (e *engine) newRequest(ts *tenantState) {
+	e.nextID++
+	r := &request{id: e.nextID, ten: ts, service: e.sampler.draw(ts.rng)}
+	e.count(ts, func(f *Figures) { f.Offered++ })
+	e.attempt(r)
+}
+
+// attempt sends the request (again) to the scheduler.
+func (e *engine) attempt(r *request) {
+	r.attempt++
+	if r.retries > 0 {
+		e.count(r.ten, func(f *Figures) { f.Retries++ })
+	}
+	if err := e.sched.Admit(r); err != nil {
+		e.refused(r, err)
+		return
+	}
+	e.enqueued(r)
+	if to := r.ten.cfg.Timeout.Duration; to > 0 {
+		e.push(event{at: e.now + to, kind: evTimeout, req: r, attempt: r.attempt})
+	}
+	e.settle()
+}
+
+// refused counts a refused attempt. A 429 is sent again after its
+// Retry-After while the client has retries left; otherwise the request
+// ends.
+func (e *engine) refused(r *request, err error) {
+	ts := r.ten
+	var ref *queue.Refusal
+	backoff := unavailableBackoff
+	switch {
+	case errors.As(err, &ref):
+		if ref.CauseLabel() == queue.CauseTenantLimit {
+			e.count(ts, func(f *Figures) { f.Refused.TenantLimit++ })
+		} else {
+			e.count(ts, func(f *Figures) { f.Refused.Capacity++ })
+		}
+		if r.retries < ts.maxRetries {
+			r.retries++
+			e.push(event{at: e.now + ref.RetryAfter, kind: evRetry, req: r})
+			return
+		}
+		backoff = ref.RetryAfter
+	case errors.Is(err, queue.ErrNoCapacity):
+		e.count(ts, func(f *Figures) { f.Refused.Unavailable++ })
+	default:
+		e.fail(fmt.Errorf("%w: admit tenant %q tier %q: %w", ErrInternal, ts.name, ts.tier.name, err))
+		return
+	}
+	e.finalOutcome(r, backoff)
+}
+
+// giveUp is the client's own timeout: a queued request is withdrawn (the
+// dispatcher sees the disconnect), an in-flight one is cancelled upstream
+// and its slot freed.
+func (e *engine) giveUp(r *request) {
+	switch r.state {
+	case stQueued:
+		o, err := e.sched.Withdraw(r)
+		if err != nil {
+			e.fail(err)
+			return
+		}
+		e.resolve(o)
+		if r.state != stInFlight {
+			e.settle()
+			return
+		}
+		fallthrough
+	case stInFlight:
+		e.count(r.ten, func(f *Figures) {
+			f.Abandoned++
+			f.AbandonedInFlight++
+		})
+		e.release(r)
+		e.finalOutcome(r, 0)
+		e.settle()
+	}
+}
+
+// finalOutcome ends the request. A closed-loop client then waits backoff
+// (the Retry-After of a final refusal: no client sends again before it),
+// thinks, and sends its next request.
+func (e *engine) finalOutcome(r *request, backoff time.Duration) {
+	r.state = stDone
+	if r.ten.cfg.Arrival.Process == ProcClosed {
+		if at := e.think(r.ten) + backoff; at < e.duration {
+			e.push(event{at: at, kind: evClosed, ten: r.ten})
+		}
+	}
+}

@@ -1,0 +1,214 @@
+package simulate
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/tiergate/tiergate/dispatcher/policy"
+	"github.com/tiergate/tiergate/dispatcher/queue"
+)
+
+// bridgeTimeout guards against a queue that does not resolve a Wait it
+// counted; it is real time and never reached in a healthy run.
+const bridgeTimeout = 10 * time.Second
+
+// queueScheduler is the real dispatcher queue behind the scheduler seam.
+//
+// Handle.Wait blocks, so each queued request has one goroutine parked in
+// Wait that reports on results. The queue dispatches and expires
+// synchronously inside Admit, Release, UpdatePolicy and ExpireDue, and its
+// Stats count what it resolved: Outcomes collects exactly that many and
+// sorts them by request, so a run never depends on goroutine scheduling.
+type queueScheduler struct {
+	q       *queue.Queue
+	results chan outcome
+	got     []outcome
+	guard   *time.Timer
+	// resolved is how many resolved Waits the queue had counted at the
+	// last collection.
+	resolved uint64
+	queued   map[*request]struct{}
+}
+
+var _ scheduler = (*queueScheduler)(nil)
+
+// queueTicket is the queue's side of an admitted request.
+type queueTicket struct {
+	h      *queue.Handle
+	cancel context.CancelFunc
+}
+
+func newQueueScheduler(clk *clocktesting.FakeClock) *queueScheduler {
+	return &queueScheduler{
+		q:       queue.New(clk),
+		results: make(chan outcome, 256),
+		queued:  map[*request]struct{}{},
+	}
+}
+
+func (s *queueScheduler) UpdatePolicy(p *policy.Policy) { s.q.UpdatePolicy(p) }
+
+func (s *queueScheduler) Admit(r *request) error {
+	h, err := s.q.Admit(r.ten.name, r.ten.tier.name)
+	if err != nil {
+		return err
+	}
+	s.queued[r] = struct{}{}
+	ctx, cancel := context.WithCancel(context.Background())
+	r.ticket = queueTicket{h: h, cancel: cancel}
+	go func() { s.results <- outcome{req: r, err: h.Wait(ctx)} }()
+	return nil
+}
+
+func (s *queueScheduler) Outcomes() ([]outcome, error) {
+	tot := s.q.Stats().Totals
+	total := tot.Dispatched + tot.Expired + tot.Drained
+	n := int(total - s.resolved)
+	if n <= 0 {
+		return nil, nil
+	}
+	s.resolved = total
+	clear(s.got)
+	got := s.got[:0]
+	for len(got) < n {
+		o, ok := s.receive()
+		if !ok {
+			return nil, fmt.Errorf("%w: the queue counted %d resolved waits but only %d returned", ErrInternal, n, len(got))
+		}
+		got = append(got, s.collect(o))
+	}
+	slices.SortFunc(got, func(a, b outcome) int { return cmp.Compare(a.req.id, b.req.id) })
+	s.got = got
+	return got, nil
+}
+
+func (s *queueScheduler) Withdraw(r *request) (outcome, error) {
+	r.ticket.cancel()
+	o, ok := s.receive()
+	if !ok {
+		return outcome{}, fmt.Errorf("%w: Wait of request %d did not return after cancel", ErrInternal, r.id)
+	}
+	if o.req != r {
+		return outcome{}, fmt.Errorf("%w: cancelling request %d resolved request %d", ErrInternal, r.id, o.req.id)
+	}
+	if o.err == nil {
+		// Dispatch won the race: the queue counts it, so Outcomes must not
+		// wait for it.
+		s.resolved++
+	}
+	return s.collect(o), nil
+}
+
+// collect takes a returned Wait off the books.
+func (s *queueScheduler) collect(o outcome) outcome {
+	r := o.req
+	delete(s.queued, r)
+	r.ticket.cancel() // Wait has returned: this only frees the context
+	if o.err == nil {
+		o.waited = r.ticket.h.Waited()
+	}
+	return o
+}
+
+// receive takes the next Wait outcome; false after bridgeTimeout of real
+// time without one.
+func (s *queueScheduler) receive() (outcome, bool) {
+	select {
+	case o := <-s.results:
+		return o, true
+	default:
+	}
+	if s.guard == nil {
+		s.guard = time.NewTimer(bridgeTimeout)
+	} else {
+		s.guard.Reset(bridgeTimeout)
+	}
+	defer s.guard.Stop()
+	select {
+	case o := <-s.results:
+		return o, true
+	case <-s.guard.C:
+		return outcome{}, false
+	}
+}
+
+func (s *queueScheduler) Release(r *request) {
+	r.ticket.h.Release()
+}
+
+func (s *queueScheduler) NextDeadline() (time.Duration, bool) {
+	dl, ok := s.q.NextDeadline()
+	return dl.Sub(epoch), ok
+}
+
+func (s *queueScheduler) ExpireDue() { s.q.ExpireDue() }
+
+// Close cancels every still-queued Wait and waits for it to return.
+func (s *queueScheduler) Close() error {
+	for r := range s.queued {
+		r.ticket.cancel()
+	}
+	for range len(s.queued) {
+		if _, ok := s.receive(); !ok {
+			return fmt.Errorf("%w: queued Waits did not return after cancel", ErrInternal)
+		}
+	}
+	return nil
+}
+
+func (s *queueScheduler) Verify(e *engine, end bool) error {
+	if end {
+		return s.verifyTotals(e)
+	}
+	return s.verifyCounts(e)
+}
+
+// verifyCounts compares the engine's counts with the queue's and checks the
+// queue's bounds (DESIGN.md section 5).
+func (s *queueScheduler) verifyCounts(e *engine) error {
+	st := s.q.Stats()
+	if st.InFlight != e.inflight {
+		return fmt.Errorf("%w: at %s the queue has %d in flight, the simulation %d", ErrInternal, e.now, st.InFlight, e.inflight)
+	}
+	for name, ts := range e.tiers {
+		qt := st.Tiers[name]
+		if qt.Queued != ts.queued {
+			return fmt.Errorf("%w: at %s tier %s: the queue has %d queued, the simulation %d", ErrInternal, e.now, name, qt.Queued, ts.queued)
+		}
+		if qt.Queued > qt.Bound {
+			return fmt.Errorf("%w: at %s tier %s: %d queued exceeds its bound %d", ErrInternal, e.now, name, qt.Queued, qt.Bound)
+		}
+	}
+	for _, ts := range e.tenants {
+		if got := st.TenantInFlight[ts.name]; got != ts.inflight {
+			return fmt.Errorf("%w: at %s tenant %s: the queue has %d in flight, the simulation %d", ErrInternal, e.now, ts.name, got, ts.inflight)
+		}
+	}
+	return nil
+}
+
+// verifyTotals checks, at the end of the run, that every job the queue
+// admitted ended exactly once or is still queued or in flight, and that no
+// slot was released twice.
+func (s *queueScheduler) verifyTotals(e *engine) error {
+	st := s.q.Stats()
+	t := st.Totals
+	if ended := t.Dispatched + t.Abandoned + t.Expired + t.Drained + uint64(st.Queued); t.Admitted != ended {
+		return fmt.Errorf("%w: the queue admitted %d jobs but %d ended or are queued", ErrInternal, t.Admitted, ended)
+	}
+	if st.Completed+uint64(st.InFlight) != t.Dispatched {
+		return fmt.Errorf("%w: %d dispatched, %d completed, %d in flight", ErrInternal, t.Dispatched, st.Completed, st.InFlight)
+	}
+	if st.DoubleReleases != 0 {
+		return fmt.Errorf("%w: %d double releases", ErrInternal, st.DoubleReleases)
+	}
+	if t.Admitted != e.admitted {
+		return fmt.Errorf("%w: the queue admitted %d jobs, the simulation %d", ErrInternal, t.Admitted, e.admitted)
+	}
+	return nil
+}
