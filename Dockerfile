@@ -12,13 +12,14 @@ ARG GO_VERSION=1.26.10
 FROM --platform=$BUILDPLATFORM golang:${GO_VERSION} AS build
 ARG TARGETOS=linux
 ARG TARGETARCH
+ARG VERSION=dev
 WORKDIR /src
 # Dependencies first, so source edits reuse the module cache layer.
 COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
 RUN CGO_ENABLED=0 GOOS=${TARGETOS} GOARCH=${TARGETARCH} \
-    go build -trimpath -ldflags="-s -w" -o /out/tiergate .
+    go build -trimpath -ldflags="-s -w -X main.version=${VERSION}" -o /out/tiergate .
 
 # distroless/static: CA certificates, /etc/passwd with nonroot (65532), no shell.
 FROM gcr.io/distroless/static-debian12:nonroot

@@ -39,10 +39,23 @@ help: ## Show this help
 		/^##@/ { printf "\n%s\n", substr($$0, 5) }' $(MAKEFILE_LIST)
 
 .PHONY: tools
-tools: ## Build bin/k8s/{kube-apiserver,etcd,kubectl} and install bin/{helm,controller-gen,golangci-lint} (skips when current)
+tools: ## Build bin/k8s/{kube-apiserver,etcd,kubectl}, install bin/{helm,controller-gen,golangci-lint,govulncheck,indexdb}, build bin/vulndb (skips when current)
 	hack/tools.sh
 
 ##@ Development
+
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+# The release binary: static, trimmed, version-stamped. make image and the
+# Dockerfile build it with the same flags.
+BUILD_LDFLAGS := -s -w -X main.version=$(VERSION)
+
+.PHONY: build
+build: ## Build bin/tiergate, the static version-stamped binary the image ships
+	CGO_ENABLED=0 go build -trimpath -ldflags "$(BUILD_LDFLAGS)" -o $(BIN)/tiergate .
+
+.PHONY: vulncheck
+vulncheck: build ## govulncheck the module and bin/tiergate against an offline database built from golang.org/x/vulndb
+	hack/vulncheck.sh
 
 .PHONY: manifests
 manifests: ## Generate the CRDs (config/crd/bases and the chart's crds/) and RBAC (config/rbac) from markers
@@ -89,6 +102,7 @@ test: tools ## Run every suite (unit + integration on a real kube-apiserver/etcd
 	@# The race detector allocates, so the allocation budget runs uninstrumented.
 	go test -count=1 -run 'TestSteadyStateAllocs' -v ./dispatcher/queue/ | grep -E '^(--- |ok|FAIL)'
 	$(MAKE) --no-print-directory verify
+	$(MAKE) --no-print-directory vulncheck
 
 .PHONY: integration
 integration: tools ## Run only the integration suites under test/
@@ -114,7 +128,6 @@ demo: tools ## Run tiergate end to end on this machine for DURATION (default 3m)
 	go run ./hack/demo --duration $(DURATION) --report demo-report
 
 IMAGE_TAR ?= dist/tiergate-image.tar
-VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 
 .PHONY: image
 image: ## Write an OCI image tarball of the static binary to $(IMAGE_TAR), without a container daemon

@@ -3,8 +3,11 @@
 #
 #   bin/k8s/{kube-apiserver,etcd,kubectl}  from the hack/tools module
 #   bin/{helm,controller-gen,golangci-lint} with go install pkg@version
+#   bin/{govulncheck,indexdb} with go install pkg@version, and
+#   bin/vulndb, the offline vulnerability database that indexdb builds from
+#   the data/osv folder of a pinned golang.org/x/vulndb module
 #
-# Usage: hack/tools.sh [k8s|helm|controller-gen|golangci-lint]...
+# Usage: hack/tools.sh [k8s|helm|controller-gen|golangci-lint|govulncheck|vulndb]...
 # (no argument: all of them)
 #
 # Everything comes from the Go module proxy; nothing else is downloaded.
@@ -19,6 +22,10 @@ K8S_VERSION=v1.37.2
 HELM_VERSION=v3.22.0
 CONTROLLER_TOOLS_VERSION=v0.23.0
 GOLANGCI_LINT_VERSION=v2.15.0
+GOVULNCHECK_VERSION=v1.9.0
+# The vulnerability data: a pseudo-version of golang.org/x/vulndb. Moving it
+# forward is how new advisories reach `make vulncheck`.
+VULNDB_VERSION=v0.0.0-20261105234957-e22db6528018
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 bin=$root/bin
@@ -27,9 +34,9 @@ export GOWORK=off
 groups=("$@")
 for g in "${groups[@]}"; do
 	case $g in
-	k8s | helm | controller-gen | golangci-lint) ;;
+	k8s | helm | controller-gen | golangci-lint | govulncheck | vulndb) ;;
 	*)
-		echo "tools: unknown tool $g (want k8s, helm, controller-gen or golangci-lint)" >&2
+		echo "tools: unknown tool $g (want k8s, helm, controller-gen, golangci-lint, govulncheck or vulndb)" >&2
 		exit 2
 		;;
 	esac
@@ -140,3 +147,29 @@ helm_ldflags="-X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1 -X helm.sh/helm
 if wanted helm; then install_tool helm helm.sh/helm/v3/cmd/helm "$HELM_VERSION" "$helm_ldflags"; fi
 if wanted controller-gen; then install_tool controller-gen sigs.k8s.io/controller-tools/cmd/controller-gen "$CONTROLLER_TOOLS_VERSION"; fi
 if wanted golangci-lint; then install_tool golangci-lint github.com/golangci/golangci-lint/v2/cmd/golangci-lint "$GOLANGCI_LINT_VERSION"; fi
+if wanted govulncheck; then install_tool govulncheck golang.org/x/vuln/cmd/govulncheck "$GOVULNCHECK_VERSION"; fi
+
+# build_vulndb: bin/vulndb, in the layout `govulncheck -db file://…` reads,
+# from the OSV files of the pinned golang.org/x/vulndb module. Nothing
+# reaches the public vulnerability service.
+build_vulndb() {
+	install_tool indexdb golang.org/x/vulndb/cmd/indexdb "$VULNDB_VERSION"
+	local key stamp=$bin/vulndb/.stamp
+	key=$(stamp_key "golang.org/x/vulndb@$VULNDB_VERSION" -- "$bin/indexdb")
+	if [[ -f $stamp && $(<"$stamp") == "$key" && -f $bin/vulndb/index/db.json ]]; then
+		echo "tools: bin/vulndb is current (golang.org/x/vulndb $VULNDB_VERSION)"
+		return
+	fi
+	echo "tools: building bin/vulndb from golang.org/x/vulndb $VULNDB_VERSION"
+	local dir
+	dir=$(go mod download -json "golang.org/x/vulndb@$VULNDB_VERSION" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+	if [[ -z $dir || ! -d $dir/data/osv ]]; then
+		echo "tools: golang.org/x/vulndb@$VULNDB_VERSION has no data/osv (got dir '$dir')" >&2
+		exit 1
+	fi
+	rm -rf "$bin/vulndb" "$bin/vulndb.tmp"
+	"$bin/indexdb" -vulns "$dir/data/osv" -out "$bin/vulndb.tmp"
+	mv "$bin/vulndb.tmp" "$bin/vulndb"
+	echo "$key" >"$stamp"
+}
+if wanted vulndb; then build_vulndb; fi

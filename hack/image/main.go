@@ -161,7 +161,8 @@ func build(cfg config, progress io.Writer) (v1.Hash, error) {
 	defer os.RemoveAll(tmp)
 
 	bin := filepath.Join(tmp, "tiergate")
-	gobuild := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", bin, ".")
+	// The same flags as make build, so the image ships that binary.
+	gobuild := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w -X main.version="+cfg.version, "-o", bin, ".")
 	gobuild.Dir = root
 	gobuild.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+cfg.arch)
 	gobuild.Stdout, gobuild.Stderr = progress, progress

@@ -442,6 +442,7 @@ func TestBinaryAnswers(t *testing.T) {
 		"--help prints usage on stdout": {args: []string{"--help"}, wantCode: 0, wantStdout: "Usage: tiergate <command> [flags]"},
 		"no command is a usage error":   {args: nil, wantCode: 2, wantStderr: "Usage: tiergate <command> [flags]"},
 		"unknown command":               {args: []string{"no-such-command"}, wantCode: 2, wantStderr: `tiergate: unknown command "no-such-command"`},
+		"version is the image's":        {args: []string{"version"}, wantCode: 0, wantStdout: "tiergate " + testVersion + " (go1.26.10 "},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

@@ -1,0 +1,5 @@
+module example.com/vulncheck/fixed
+
+go 1.26.0
+
+require golang.org/x/image v0.48.0
