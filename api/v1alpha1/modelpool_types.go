@@ -175,6 +175,23 @@ type ModelPoolSpec struct {
 	// +listType=set
 	// +optional
 	ExemptPaths []string `json:"exemptPaths,omitempty"`
+
+	// coldStart is how long a new replica of the model Deployment takes to
+	// become Ready. With it, a pool at zero ready replicas holds requests
+	// for the first replica instead of refusing them: its bounds are those
+	// of one replica that starts serving after coldStart, and a tier whose
+	// wait is shorter than coldStart is refused at once.
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[-+]?(0|(([0-9]+([.][0-9]*)?|[.][0-9]+)(ns|us|ms|s|m|h))+)$') && duration(self) > duration('0s')",message="coldStart must be a duration greater than 0, such as 90s"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=64
+	// +optional
+	ColdStart *metav1.Duration `json:"coldStart,omitempty"`
+
+	// autoscaling makes the controller create and own a KEDA ScaledObject
+	// that scales the model Deployment to status.desiredReplicas.
+	// Removing it deletes the ScaledObject.
+	// +optional
+	Autoscaling *Autoscaling `json:"autoscaling,omitempty"`
 }
 
 // DispatcherCounts says how many dispatcher pods exist and hold the policy.
@@ -222,7 +239,17 @@ type ModelPoolStatus struct {
 	// +optional
 	PolicyVersion int64 `json:"policyVersion,omitempty"`
 
-	// conditions: Ready, Synced, Degraded and AgeingHorizonExceedsClientTimeout.
+	// desiredReplicas is how many replicas the offered load needs by
+	// Little's law: ceil(λ × S / (concurrencyPerReplica ×
+	// targetUtilization)), with λ the requests per second the dispatchers
+	// report (admitted plus refused for want of room), clamped to
+	// spec.autoscaling's bounds when set, and at least 1 while any request
+	// is queued or held.
+	// +optional
+	DesiredReplicas int32 `json:"desiredReplicas"`
+
+	// conditions: Ready, Synced, Degraded, AgeingHorizonExceedsClientTimeout
+	// and AutoscalerUnavailable.
 	// +listType=map
 	// +listMapKey=type
 	// +optional
@@ -234,6 +261,9 @@ const (
 	ModelPoolSynced                            = "Synced"
 	ModelPoolDegraded                          = "Degraded"
 	ModelPoolAgeingHorizonExceedsClientTimeout = "AgeingHorizonExceedsClientTimeout"
+	// ModelPoolAutoscalerUnavailable is True when spec.autoscaling is set
+	// but its ScaledObject cannot be put in place.
+	ModelPoolAutoscalerUnavailable = "AutoscalerUnavailable"
 )
 
 // ModelPoolReason is the Reason of a ModelPool condition.
@@ -254,6 +284,15 @@ const (
 	ReasonHealthy               ModelPoolReason = "Healthy"
 	ReasonHorizonWithinTimeout  ModelPoolReason = "HorizonWithinClientTimeout"
 	ReasonHorizonExceedsTimeout ModelPoolReason = "HorizonExceedsClientTimeout"
+	ReasonHeldForColdStart      ModelPoolReason = "HeldForColdStart"
+
+	// Reasons of AutoscalerUnavailable.
+	ReasonAutoscalingNotRequested ModelPoolReason = "AutoscalingNotRequested"
+	ReasonScaledObjectInSync      ModelPoolReason = "ScaledObjectInSync"
+	ReasonKEDANotInstalled        ModelPoolReason = "KEDANotInstalled"
+	ReasonNoPrometheusAddress     ModelPoolReason = "NoPrometheusAddress"
+	ReasonScaledObjectConflict    ModelPoolReason = "ScaledObjectNotOwned"
+	ReasonScaledObjectWriteFailed ModelPoolReason = "ScaledObjectWriteFailed"
 )
 
 // +kubebuilder:object:root=true
@@ -261,6 +300,7 @@ const (
 // +kubebuilder:resource:shortName=mp,categories=tiergate
 // +kubebuilder:printcolumn:name="DEPLOYMENT",type=string,JSONPath=`.spec.deploymentRef.name`
 // +kubebuilder:printcolumn:name="REPLICAS",type=integer,JSONPath=`.status.readyReplicas`
+// +kubebuilder:printcolumn:name="DESIRED",type=integer,JSONPath=`.status.desiredReplicas`
 // +kubebuilder:printcolumn:name="SLOTS",type=integer,JSONPath=`.status.poolConcurrency`
 // +kubebuilder:printcolumn:name="RATE",type=string,JSONPath=`.status.serviceRate`
 // +kubebuilder:printcolumn:name="SYNCED",type=integer,JSONPath=`.status.dispatchers.synced`

@@ -35,9 +35,11 @@ type ServiceTierStatus struct {
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
-	// queueBound is L_max for the whole pool.
+	// queueBound is L_max for the whole pool. At zero ready replicas with
+	// the pool's spec.coldStart set it is the bound for the first replica,
+	// and 0 when this tier cannot be served in time: it is then refused.
 	// +optional
-	QueueBound int32 `json:"queueBound,omitempty"`
+	QueueBound int32 `json:"queueBound"`
 
 	// tenantConcurrencyLimit is the default in-flight cap of one tenant.
 	// +optional
@@ -48,7 +50,8 @@ type ServiceTierStatus struct {
 	TenantQueueLimit int32 `json:"tenantQueueLimit,omitempty"`
 
 	// maxWait is the stated worst-case wait under sustained overload for a
-	// tenant under its own limits.
+	// tenant under its own limits. At zero ready replicas with the pool's
+	// spec.coldStart set it includes the cold start.
 	// +optional
 	MaxWait *metav1.Duration `json:"maxWait,omitempty"`
 

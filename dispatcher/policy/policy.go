@@ -35,6 +35,13 @@ type Policy struct {
 	ClientTimeoutSeconds float64 `json:"clientTimeoutSeconds,omitempty"`
 	// SharedState is Local (default) or Redis.
 	SharedState string `json:"sharedState,omitempty"`
+	// ColdStartSeconds is set, with Slots 0 and no backends, while the pool
+	// is at zero replicas and its first replica is expected after this
+	// long. The dispatcher then holds requests within each tier's
+	// QueueBound (computed for that first replica) instead of refusing
+	// them; a tier whose QueueBound is 0 is refused at once. 0 (absent)
+	// with Slots 0 refuses every request.
+	ColdStartSeconds float64 `json:"coldStartSeconds,omitempty"`
 
 	Authentication Authentication `json:"authentication"`
 	// DefaultTier takes tenants that have no entry in Tenants; empty
@@ -95,4 +102,16 @@ type Measured struct {
 	Completed int64 `json:"completed"`
 	// DrainRates is dispatches per second by tier (an EWMA).
 	DrainRates map[string]float64 `json:"drainRates,omitempty"`
+	// OfferedLoad is the requests per second that reached this dispatcher,
+	// by tier: those it admitted plus those it refused for want of room
+	// (cause capacity, and unavailable because it had no slots), averaged
+	// over the recent past. Requests refused for a tenant's own limit,
+	// authentication or a bad request are not offered load. Each
+	// dispatcher counts only its own arrivals, in Local and Redis mode
+	// alike, so the controller sums the dispatchers.
+	OfferedLoad map[string]float64 `json:"offeredLoad,omitempty"`
+	// Queued is how many admitted requests this dispatcher holds waiting
+	// for a slot right now, held ones (Slots 0) included; its own count,
+	// not the fleet's, in Redis mode too.
+	Queued int64 `json:"queued,omitempty"`
 }

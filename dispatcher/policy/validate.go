@@ -171,6 +171,7 @@ func (p *Policy) Validate() error {
 			c.add(f+".scheme", "must be \"http\" or \"https\", got %q", b.Scheme)
 		}
 	}
+	c.coldStart(p)
 	if len(c.errs) == 0 {
 		return nil
 	}
