@@ -2,6 +2,7 @@ package capacity
 
 import (
 	"errors"
+	"math/big"
 	"time"
 
 	"github.com/tiergate/tiergate/api/v1alpha1"
@@ -71,8 +72,18 @@ type PoolBounds struct {
 	// HorizonExceedsClientTimeout is true when ClientTimeout is set and
 	// AgeingHorizon is longer: the ageing guarantee is then void.
 	HorizonExceedsClientTimeout bool
-	// NoReadyReplicas is true when P is 0: nothing can be served.
+	// NoReadyReplicas is true when P is 0: nothing is served now.
 	NoReadyReplicas bool
+	// ColdStart is spec.coldStart while the pool is at zero ready
+	// replicas, and 0 otherwise. When set, the bounds are those of the
+	// first replica, serving after ColdStart: dispatchers hold requests
+	// within them.
+	ColdStart time.Duration
+	// FirstReplicaRate is μ₁ = C / S in requests per second while
+	// ColdStart is set, else 0; FirstReplicaRateString is the same as
+	// ServiceRateString is.
+	FirstReplicaRate       float64
+	FirstReplicaRateString string
 	// TotalQueueBound is Σ L over the tiers.
 	TotalQueueBound int64
 	// DefaultTierNotFound is true when spec.defaultTier names no tier; the
@@ -85,16 +96,21 @@ type TierBounds struct {
 	Name          string
 	BasePriority  int32
 	TolerableWait time.Duration
-	// QueueBound is L = max(1, floor(μ × min(W, clientTimeout))).
+	// QueueBound is L = max(1, floor(μ × min(W, clientTimeout))); while
+	// the pool is at zero with a cold start, max(0, floor(μ₁ ×
+	// (min(W, clientTimeout) − coldStart))), and 0 refuses the tier.
 	QueueBound int32
 	// TenantConcurrencyLimit is max(1, floor(P × share)).
 	TenantConcurrencyLimit int32
 	// TenantQueueLimit is max(1, floor(L × share)).
 	TenantQueueLimit int32
 	// MaxWait is ageingRate × (base − base_min) + ΣL/μ + S, rounded up to
-	// the nanosecond. It is 0 when Unbounded.
+	// the nanosecond; while the pool is at zero with a cold start,
+	// coldStart + ageingRate × (base − base_min) + ΣL/μ₁ + S. It is 0 when
+	// Unbounded.
 	MaxWait time.Duration
-	// Unbounded is true when P is 0: no wait can be promised.
+	// Unbounded is true when no wait can be promised: P is 0 and no cold
+	// start is set, or the pool is at zero and this tier's bound is 0.
 	Unbounded bool
 	// MaxWaitExceedsClientTimeout is true when clientTimeout is set and
 	// MaxWait is longer.
@@ -137,7 +153,7 @@ func ComputeBounds(in BoundsInput) (Bounds, error) {
 	if err := validateInput(in); err != nil {
 		return Bounds{}, err
 	}
-	spec := in.Pool.Spec // ApplyDefaults writes only scalar fields of the copy
+	spec := in.Pool.Spec // ApplyDefaults never writes through the copy's pointers
 	ApplyDefaults(&spec)
 	r, err := poolRates(&spec, in.ReadyReplicas, in.ObservedServiceTime)
 	if err != nil {
@@ -176,6 +192,10 @@ func poolBounds(spec *v1alpha1.ModelPoolSpec, r rates, tiers []v1alpha1.ServiceT
 	horizon := ageing * time.Duration(spread)
 	mu := r.serviceRate()
 	muF, _ := mu.Float64()
+	var first *big.Rat
+	if r.held() {
+		first = r.boundsRate()
+	}
 	return PoolBounds{
 		ReadyReplicas:               r.replicas,
 		Concurrency:                 int32(r.concurrency),
@@ -188,5 +208,24 @@ func poolBounds(spec *v1alpha1.ModelPoolSpec, r rates, tiers []v1alpha1.ServiceT
 		ClientTimeout:               clientTimeout,
 		HorizonExceedsClientTimeout: clientTimeout > 0 && horizon > clientTimeout,
 		NoReadyReplicas:             r.concurrency == 0,
+		ColdStart:                   r.coldStart,
+		FirstReplicaRate:            ratFloat(first),
+		FirstReplicaRateString:      ratString(first),
 	}
+}
+
+// ratFloat and ratString read an optional rate; nil is 0 and "".
+func ratFloat(q *big.Rat) float64 {
+	if q == nil {
+		return 0
+	}
+	f, _ := q.Float64()
+	return f
+}
+
+func ratString(q *big.Rat) string {
+	if q == nil {
+		return ""
+	}
+	return decimalString(q, 3)
 }

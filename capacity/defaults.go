@@ -3,6 +3,8 @@ package capacity
 import (
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/resource"
+
 	"github.com/tiergate/tiergate/api/v1alpha1"
 )
 
@@ -12,6 +14,9 @@ const (
 	// DefaultAgeingRate is the rate of an ageing that sets neither rate
 	// nor starvationBound.
 	DefaultAgeingRate = 6 * time.Second
+	// DefaultTargetUtilization is spec.autoscaling.targetUtilization's
+	// default, as a quantity.
+	DefaultTargetUtilization = "0.8"
 
 	defaultTenantHeader  = "X-Tenant-ID"
 	defaultBackendScheme = "http"
@@ -19,7 +24,9 @@ const (
 )
 
 // ApplyDefaults sets the fields of spec that the CRD defaults and that are
-// unset. On an object read from the API server it changes nothing.
+// unset. On an object read from the API server it changes nothing. It never
+// writes through a pointer of spec, so a shallow copy of a spec can be
+// defaulted without touching the original.
 //
 // spec.ageing is left alone: the CRD defaults it only when it is absent,
 // and a decoded value cannot tell an absent ageing from `ageing: {}`,
@@ -44,5 +51,13 @@ func ApplyDefaults(spec *v1alpha1.ModelPoolSpec) {
 	}
 	if spec.Dispatchers.AdminPort == 0 {
 		spec.Dispatchers.AdminPort = defaultAdminPort
+	}
+	if a := spec.Autoscaling; a != nil && a.TargetUtilization == nil {
+		// A new Autoscaling, so the caller's object is not written through
+		// the shared pointer.
+		c := *a
+		u := resource.MustParse(DefaultTargetUtilization)
+		c.TargetUtilization = &u
+		spec.Autoscaling = &c
 	}
 }

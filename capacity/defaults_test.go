@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/tiergate/tiergate/api/v1alpha1"
 	seed "github.com/tiergate/tiergate/capacity/capacitytest"
@@ -41,6 +42,15 @@ func TestApplyDefaults(t *testing.T) {
 			},
 		},
 	}
+	u8, u5 := resource.MustParse("0.8"), resource.MustParse("0.5")
+	tests["autoscaling's targetUtilization defaults to 0.8"] = struct{ in, want v1alpha1.ModelPoolSpec }{
+		in:   v1alpha1.ModelPoolSpec{Autoscaling: &v1alpha1.Autoscaling{MaxReplicas: 3}},
+		want: withAutoscaling(tests["every defaulted field unset"].want, &v1alpha1.Autoscaling{MaxReplicas: 3, TargetUtilization: &u8}),
+	}
+	tests["a set targetUtilization is kept"] = struct{ in, want v1alpha1.ModelPoolSpec }{
+		in:   v1alpha1.ModelPoolSpec{Autoscaling: &v1alpha1.Autoscaling{MaxReplicas: 3, TargetUtilization: &u5}},
+		want: withAutoscaling(tests["every defaulted field unset"].want, &v1alpha1.Autoscaling{MaxReplicas: 3, TargetUtilization: &u5}),
+	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			got := tc.in
@@ -52,6 +62,11 @@ func TestApplyDefaults(t *testing.T) {
 	}
 }
 
+func withAutoscaling(spec v1alpha1.ModelPoolSpec, a *v1alpha1.Autoscaling) v1alpha1.ModelPoolSpec {
+	spec.Autoscaling = a
+	return spec
+}
+
 // TestComputeBoundsDefaultsACopy checks that a pool that was never
 // defaulted gets the CRD's defaults in its policy, and that its spec is
 // left as it was.
@@ -61,6 +76,7 @@ func TestComputeBoundsDefaultsACopy(t *testing.T) {
 		p.Spec.Authentication = v1alpha1.Authentication{}
 		p.Spec.SharedState = ""
 		p.Spec.Ageing = v1alpha1.Ageing{}
+		p.Spec.Autoscaling = &v1alpha1.Autoscaling{MaxReplicas: 2}
 	})
 	before := pool.DeepCopy()
 	got, err := ComputeBounds(BoundsInput{Pool: pool, ReadyReplicas: 6, Tiers: seed.Tiers(), Dispatchers: 1})

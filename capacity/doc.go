@@ -7,11 +7,17 @@
 // ComputeBounds runs in named steps, each in its own file:
 //
 //   - rates.go: R, C and S give P = R × C and μ = P / S; every conversion
-//     between requests and time goes through the rates type.
+//     between requests and time goes through the rates type. At R = 0 with
+//     spec.coldStart the bounds are those of the first replica, μ₁ = C / S
+//     serving from the cold start on (DESIGN.md section 12).
 //   - tiers.go: each tier's queue bound and tenant limits, then its maxWait.
 //   - tenants.go: which TenantQuota is in force for a tenant, and which
 //     tenant owns an API key listed twice.
 //   - split.go: one Policy per dispatcher, with its slice of the pool.
+//
+// demand.go is apart from ComputeBounds: DesiredReplicas applies Little's
+// law to the offered load the dispatchers report and gives the replicas the
+// pool needs (status.desiredReplicas).
 //
 // defaults.go holds the CRD defaults that both callers apply to objects
 // that did not pass through the API server. All rounding is exact integer

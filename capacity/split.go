@@ -18,9 +18,16 @@ func basePolicy(pool *v1alpha1.ModelPool, spec *v1alpha1.ModelPoolSpec, b PoolBo
 	if spec.SharedState == v1alpha1.SharedStateRedis {
 		state = policy.StateRedis
 	}
+	rate := b.ServiceRate
+	if b.ColdStart > 0 {
+		// The bounds describe the first replica; so does the drain rate
+		// Retry-After uses.
+		rate = b.FirstReplicaRate
+	}
 	return policy.Policy{
 		Pool:                 pool.Namespace + "/" + pool.Name,
-		ServiceRate:          b.ServiceRate,
+		ServiceRate:          rate,
+		ColdStartSeconds:     b.ColdStart.Seconds(),
 		AgeingRate:           b.AgeingRate.Seconds(),
 		ClientTimeoutSeconds: b.ClientTimeout.Seconds(),
 		SharedState:          state,
@@ -33,13 +40,17 @@ func basePolicy(pool *v1alpha1.ModelPool, spec *v1alpha1.ModelPoolSpec, b PoolBo
 // splitPolicies gives n dispatchers one policy each. In Local mode each
 // gets its slice of the pool's slots (splitSlots) and the pool-wide bounds
 // scaled by its slot fraction; in Redis mode each gets the pool-wide
-// numbers.
+// numbers. While held every policy has 0 slots and no backends, and the
+// fractions are those of the first replica's C slots.
 func splitPolicies(base policy.Policy, r rates, tiers []TierBounds, live []liveTenant, backends []policy.Backend, n int) []policy.Policy {
 	whole := base.SharedState == policy.StateRedis
-	slots := splitSlots(r.concurrency, n)
+	slots := splitSlots(r.boundsFor, n)
+	if r.held() {
+		backends = nil
+	}
 	var out []policy.Policy
 	for i := 0; i < n; i++ {
-		s := part{mine: r.concurrency, pool: r.concurrency, whole: whole}
+		s := part{mine: r.boundsFor, pool: r.boundsFor, whole: whole, held: r.held()}
 		if !whole {
 			s.mine = slots[i]
 		}
@@ -48,11 +59,14 @@ func splitPolicies(base policy.Policy, r rates, tiers []TierBounds, live []liveT
 	return out
 }
 
-// part is one dispatcher's slice of a pool of P slots.
+// part is one dispatcher's slice of a pool of P slots (C while held).
 type part struct {
 	mine, pool int64
 	// whole is true when the dispatcher holds pool-wide numbers (Redis).
 	whole bool
+	// held is true while the pool is at zero, holding for its first
+	// replica: the part then serves nothing yet.
+	held bool
 }
 
 // of scales a pool-wide number to this part: floor(v × mine / P), at
@@ -65,9 +79,22 @@ func (s part) of(v int32) int {
 	return int(atLeastOne(floorDiv(n, big.NewInt(s.pool)).Int64()))
 }
 
+// bound scales a tier's queue bound. While held a bound of 0 stays 0, and
+// a part with no share of the first replica holds nothing: it would have
+// no slot to serve them when that replica arrives.
+func (s part) bound(v int32) int {
+	if s.held && (v == 0 || (!s.whole && s.mine == 0)) {
+		return 0
+	}
+	return s.of(v)
+}
+
 func (s part) policy(base policy.Policy, r rates, tiers []TierBounds, live []liveTenant, backends []policy.Backend) policy.Policy {
 	pol := base
 	pol.Slots = int(s.mine)
+	if s.held {
+		pol.Slots = 0
+	}
 	pol.ExemptPaths = append([]string(nil), base.ExemptPaths...)
 	pol.Backends = append([]policy.Backend{}, backends...)
 	if !s.whole && s.pool > 0 {
@@ -80,7 +107,7 @@ func (s part) policy(base policy.Policy, r rates, tiers []TierBounds, live []liv
 			Name:                   tb.Name,
 			BasePriority:           int(tb.BasePriority),
 			TolerableWaitSeconds:   tb.TolerableWait.Seconds(),
-			QueueBound:             s.of(tb.QueueBound),
+			QueueBound:             s.bound(tb.QueueBound),
 			TenantConcurrencyLimit: s.of(tb.TenantConcurrencyLimit),
 			TenantQueueLimit:       s.of(tb.TenantQueueLimit),
 		})

@@ -23,7 +23,9 @@ func sortedTiers(in []v1alpha1.ServiceTier) []v1alpha1.ServiceTier {
 
 // tierBounds computes each tier's queue bound L = max(1, floor(P × Weff /
 // S)) with Weff = min(W, clientTimeout), and its tenant limits from P and L
-// and the tier's share. MaxWait is left to stateMaxWaits.
+// and the tier's share. While held, P is C and L = max(0, floor(C × (Weff −
+// coldStart) / S)): a tier that cannot wait out the cold start gets 0.
+// MaxWait is left to stateMaxWaits.
 func tierBounds(r rates, sorted []v1alpha1.ServiceTier, clientTimeout time.Duration) []TierBounds {
 	var out []TierBounds
 	for _, t := range sorted {
@@ -32,14 +34,17 @@ func tierBounds(r rates, sorted []v1alpha1.ServiceTier, clientTimeout time.Durat
 		if clientTimeout > 0 && clientTimeout < weff {
 			weff = clientTimeout
 		}
-		l := atLeastOne(r.servedWithin(weff))
+		l := r.servedWithin(weff)
+		if !r.held() {
+			l = atLeastOne(l)
+		}
 		share := shareRat(t.Spec.TenantShare)
 		out = append(out, TierBounds{
 			Name:                   t.Name,
 			BasePriority:           t.Spec.BasePriority,
 			TolerableWait:          w,
 			QueueBound:             int32(l),
-			TenantConcurrencyLimit: int32(atLeastOne(floorShare(r.concurrency, share))),
+			TenantConcurrencyLimit: int32(atLeastOne(floorShare(r.boundsFor, share))),
 			TenantQueueLimit:       int32(atLeastOne(floorShare(l, share))),
 		})
 	}
@@ -51,9 +56,11 @@ func floorShare(n int64, share *big.Rat) int64 {
 	return clampInt32(floorRat(new(big.Rat).Mul(new(big.Rat).SetInt64(n), share)))
 }
 
-// stateMaxWaits sets each tier's MaxWait = ageing × (base − base_min) +
-// ΣL × S / P + S and its Guarantee. pool.TotalQueueBound must be set. With
-// P = 0 no wait can be promised.
+// stateMaxWaits sets each tier's MaxWait = coldStart + ageing × (base −
+// base_min) + ΣL × S / P + S and its Guarantee; coldStart is 0 unless
+// held, and P is C while held. pool.TotalQueueBound must be set. With
+// nothing to serve (P = 0 and no cold start) no wait can be promised, nor
+// while held to a tier with bound 0, which is refused.
 func stateMaxWaits(sorted []TierBounds, pool PoolBounds, r rates) {
 	if len(sorted) == 0 {
 		return
@@ -62,10 +69,10 @@ func stateMaxWaits(sorted []TierBounds, pool PoolBounds, r rates) {
 	for i := range sorted {
 		tb := &sorted[i]
 		behind := pool.AgeingRate * time.Duration(tb.BasePriority-minBase)
-		if r.concurrency == 0 {
+		if r.boundsFor == 0 || (r.held() && tb.QueueBound == 0) {
 			tb.Unbounded = true
 		} else {
-			tb.MaxWait = behind + r.drainTime(pool.TotalQueueBound) + r.serviceTime
+			tb.MaxWait = r.coldStart + behind + r.drainTime(pool.TotalQueueBound) + r.serviceTime
 			tb.MaxWaitExceedsClientTimeout = pool.ClientTimeout > 0 && tb.MaxWait > pool.ClientTimeout
 		}
 		tb.Guarantee = guarantee(*tb, pool, top, behind, tb.BasePriority == minBase)

@@ -53,6 +53,31 @@ func validateSpec(spec *v1alpha1.ModelPoolSpec) []string {
 	if spec.Ageing.Rate != nil && spec.Ageing.StarvationBound != nil {
 		errs = append(errs, "spec.ageing: set exactly one of rate and starvationBound")
 	}
+	if spec.ColdStart != nil && spec.ColdStart.Duration <= 0 {
+		errs = append(errs, fmt.Sprintf("spec.coldStart: %s must be greater than 0", spec.ColdStart.Duration))
+	}
+	return append(errs, validateAutoscaling(spec.Autoscaling)...)
+}
+
+func validateAutoscaling(a *v1alpha1.Autoscaling) []string {
+	if a == nil {
+		return nil
+	}
+	var errs []string
+	if a.MinReplicas < 0 {
+		errs = append(errs, fmt.Sprintf("spec.autoscaling.minReplicas: %d must not be negative", a.MinReplicas))
+	}
+	if a.MaxReplicas < 1 {
+		errs = append(errs, fmt.Sprintf("spec.autoscaling.maxReplicas: %d must be at least 1", a.MaxReplicas))
+	}
+	if a.MinReplicas > a.MaxReplicas {
+		errs = append(errs, fmt.Sprintf("spec.autoscaling.minReplicas: %d must not exceed maxReplicas %d", a.MinReplicas, a.MaxReplicas))
+	}
+	if u := a.TargetUtilization; u != nil {
+		if r := shareRat(*u); r.Sign() <= 0 || r.Cmp(big.NewRat(1, 1)) > 0 {
+			errs = append(errs, fmt.Sprintf("spec.autoscaling.targetUtilization: %s must be greater than 0 and at most 1", u.String()))
+		}
+	}
 	return errs
 }
 

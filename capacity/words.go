@@ -27,13 +27,24 @@ func HorizonMessage(b PoolBounds) string {
 
 // guarantee says MaxWait in words, with the conditions under which it holds.
 func guarantee(t TierBounds, pool PoolBounds, topTier string, behind time.Duration, top bool) string {
-	if t.Unbounded {
+	switch {
+	case t.Unbounded && pool.ColdStart > 0:
+		return fmt.Sprintf("No %s request is held while the pool is at zero replicas: after the cold start of %s its tolerable wait of %s leaves the first replica no time to serve one (bound 0), so it is refused at once until a replica is Ready.",
+			t.Name, pool.ColdStart, effectiveWait(t.TolerableWait, pool.ClientTimeout))
+	case t.Unbounded:
 		return fmt.Sprintf("No wait is guaranteed for tier %s: the pool has no ready replicas, so nothing is served.", t.Name)
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "Under sustained overload a %s request whose tenant is under its own limits waits at most %s", t.Name, t.MaxWait)
-	fmt.Fprintf(&b, ": %s of ageing behind %s work, %s to drain at most %d queued requests at %s req/s, and one service time of %s.",
-		behind, topTier, t.MaxWait-behind-pool.ServiceTime, pool.TotalQueueBound, pool.ServiceRateString, pool.ServiceTime)
+	drain, rate := t.MaxWait-behind-pool.ServiceTime-pool.ColdStart, pool.ServiceRateString
+	if pool.ColdStart > 0 {
+		rate = pool.FirstReplicaRateString
+		fmt.Fprintf(&b, "While the pool is at zero replicas a %s request whose tenant is under its own limits is held and waits at most %s: %s of cold start until the first replica is Ready, then",
+			t.Name, t.MaxWait, pool.ColdStart)
+	} else {
+		fmt.Fprintf(&b, "Under sustained overload a %s request whose tenant is under its own limits waits at most %s:", t.Name, t.MaxWait)
+	}
+	fmt.Fprintf(&b, " %s of ageing behind %s work, %s to drain at most %d queued requests at %s req/s, and one service time of %s.",
+		behind, topTier, drain, pool.TotalQueueBound, rate, pool.ServiceTime)
 	if top {
 		b.WriteString(" Older lower-tier requests that have aged past it may be served first; that cost is inside this bound.")
 	}
@@ -42,4 +53,12 @@ func guarantee(t TierBounds, pool PoolBounds, topTier string, behind time.Durati
 		fmt.Fprintf(&b, " This exceeds the client timeout of %s, so under sustained overload such a request may expire instead of being served.", pool.ClientTimeout)
 	}
 	return b.String()
+}
+
+// effectiveWait words min(W, clientTimeout).
+func effectiveWait(w, clientTimeout time.Duration) string {
+	if clientTimeout > 0 && clientTimeout < w {
+		return fmt.Sprintf("%s (the client timeout; the tier's own is %s)", clientTimeout, w)
+	}
+	return w.String()
 }

@@ -51,6 +51,25 @@ func WithClientTimeout(d time.Duration) func(*v1alpha1.ModelPool) {
 	return func(p *v1alpha1.ModelPool) { p.Spec.ClientTimeout = Duration(d) }
 }
 
+// WithColdStart sets spec.coldStart, how long a first replica takes to be
+// Ready when the pool is at zero.
+func WithColdStart(d time.Duration) func(*v1alpha1.ModelPool) {
+	return func(p *v1alpha1.ModelPool) { p.Spec.ColdStart = Duration(d) }
+}
+
+// WithAutoscaling sets spec.autoscaling; util "" leaves targetUtilization
+// to its default.
+func WithAutoscaling(minReplicas, maxReplicas int32, util string) func(*v1alpha1.ModelPool) {
+	return func(p *v1alpha1.ModelPool) {
+		a := &v1alpha1.Autoscaling{MinReplicas: minReplicas, MaxReplicas: maxReplicas}
+		if util != "" {
+			q := resource.MustParse(util)
+			a.TargetUtilization = &q
+		}
+		p.Spec.Autoscaling = a
+	}
+}
+
 // Tier is a ServiceTier of the seed's pool.
 func Tier(name string, base int32, wait time.Duration, share string) v1alpha1.ServiceTier {
 	return v1alpha1.ServiceTier{
