@@ -35,7 +35,7 @@ func TestDesiredReplicas(t *testing.T) {
 		want    row
 	}{
 		"no reports, no autoscaling: 0": {seed.Pool(), 6 * time.Second, nil, row{"0", 0, 0, 0}},
-		"no reports, minReplicas 2: 2": {seed.Pool(seed.WithAutoscaling(2, 10, "")), 6 * time.Second, nil, row{"0", 0, 0, 2}},
+		"no reports, minReplicas 2: 2":  {seed.Pool(seed.WithAutoscaling(2, 10, "")), 6 * time.Second, nil, row{"0", 0, 0, 2}},
 		// 4/s × 6s = 24 busy slots; 4 per replica at 0.8 is 7.5 replicas.
 		"the seed's 4 req/s at the default 0.8: ⌈7.5⌉ = 8": {seed.Pool(), 6 * time.Second,
 			[]policy.Measured{load(0, 1, 1, 2)}, row{"4", 0, 8, 8}},

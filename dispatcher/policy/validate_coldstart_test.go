@@ -29,9 +29,9 @@ func TestValidateColdStart(t *testing.T) {
 		want     ValidationErrors // nil: valid
 		wantHold bool
 	}{
-		"held at zero, a tier with bound 0": {mutate: func(*Policy) {}, wantHold: true},
+		"held at zero, a tier with bound 0":     {mutate: func(*Policy) {}, wantHold: true},
 		"held at zero, every tier with bound 0": {mutate: func(p *Policy) { p.Tiers[1].QueueBound = 0 }, wantHold: true},
-		"fractional cold start": {mutate: func(p *Policy) { p.ColdStartSeconds = 0.5 }, wantHold: true},
+		"fractional cold start":                 {mutate: func(p *Policy) { p.ColdStartSeconds = 0.5 }, wantHold: true},
 		"zero without a cold start refuses bound 0": {
 			mutate: func(p *Policy) { p.ColdStartSeconds = 0 },
 			want:   ValidationErrors{{Field: "tiers[0].queueBound", Message: "must be >= 1, got 0"}},
