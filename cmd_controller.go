@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"os/signal"
 	"syscall"
@@ -35,6 +36,7 @@ type controllerFlags struct {
 	leaderElect            bool
 	leaderNS, leaderID     string
 	kubeconfig, tokenFile  string
+	prometheusAddr         string
 	resync, pushTimeout    time.Duration
 	qps                    float64
 	burst                  int
@@ -61,9 +63,10 @@ func runController(args []string, _, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := controllers.Setup(ctx, mgr, controllers.Options{
-		PushTokenFile: f.tokenFile,
-		PushTimeout:   f.pushTimeout,
-		ResyncPeriod:  f.resync,
+		PushTokenFile:     f.tokenFile,
+		PushTimeout:       f.pushTimeout,
+		ResyncPeriod:      f.resync,
+		PrometheusAddress: f.prometheusAddr,
 	}); err != nil {
 		log.Error(err, "cannot set up the controllers")
 		return 1
@@ -83,6 +86,7 @@ func parseControllerFlags(args []string, stderr io.Writer) (f controllerFlags, c
 	fs.StringVar(&f.tokenFile, "push-token-file", "", "file holding the bearer token sent with every policy push (re-read before each push)")
 	fs.DurationVar(&f.resync, "resync-period", 30*time.Second, "push to every dispatcher at least this often, even when it holds the current policy")
 	fs.DurationVar(&f.pushTimeout, "push-timeout", 5*time.Second, "timeout of one policy push")
+	fs.StringVar(&f.prometheusAddr, "prometheus-address", "", "Prometheus server (http or https URL) that KEDA ScaledObjects query when a pool's spec.autoscaling.prometheus.serverAddress is empty")
 	fs.Float64Var(&f.qps, "kube-api-qps", 50, "queries per second to the API server (client-side limit)")
 	fs.IntVar(&f.burst, "kube-api-burst", 100, "burst of queries to the API server (client-side limit)")
 	f.zap.BindFlags(fs)
@@ -97,11 +101,28 @@ func parseControllerFlags(args []string, stderr io.Writer) (f controllerFlags, c
 		fmt.Fprintf(stderr, "tiergate controller: --kube-api-qps (%v) and --kube-api-burst (%d) must be positive\n", f.qps, f.burst)
 		return f, 2, true
 	}
+	if msg := checkPrometheusAddress(f.prometheusAddr); msg != "" {
+		fmt.Fprintf(stderr, "tiergate controller: --prometheus-address %q %s\n", f.prometheusAddr, msg)
+		return f, 2, true
+	}
 	if f.resync <= 0 || f.pushTimeout <= 0 {
 		fmt.Fprintf(stderr, "tiergate controller: --resync-period (%s) and --push-timeout (%s) must be positive\n", f.resync, f.pushTimeout)
 		return f, 2, true
 	}
 	return f, 0, false
+}
+
+// checkPrometheusAddress says what is wrong with a --prometheus-address,
+// "" when nothing is: the CRD holds a pool's own address to the same rule.
+func checkPrometheusAddress(a string) string {
+	if a == "" {
+		return ""
+	}
+	u, err := url.Parse(a)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" {
+		return "must be an http or https URL, such as http://prometheus-operated.monitoring.svc:9090"
+	}
+	return ""
 }
 
 // newControllerManager connects to the API server and builds the manager
@@ -146,7 +167,7 @@ func startManager(ctx context.Context, mgr ctrl.Manager, log logr.Logger, f cont
 		log.Error(err, "cannot add the ready check")
 		return 1
 	}
-	log.Info("starting", "leaderElect", f.leaderElect, "resyncPeriod", f.resync.String(), "pushTimeout", f.pushTimeout.String())
+	log.Info("starting", "leaderElect", f.leaderElect, "resyncPeriod", f.resync.String(), "pushTimeout", f.pushTimeout.String(), "prometheusAddress", f.prometheusAddr)
 	if err := mgr.Start(ctx); err != nil {
 		log.Error(err, "manager stopped")
 		return 1

@@ -20,6 +20,14 @@ func TestControllerFlags(t *testing.T) {
 		"zero qps":            {[]string{"--kube-api-qps=0"}, 2, "tiergate controller: --kube-api-qps (0) and --kube-api-burst (100) must be positive"},
 		"bad duration":        {[]string{"--resync-period=soon"}, 2, `invalid value "soon" for flag -resync-period`},
 		"missing kubeconfig":  {[]string{"--kubeconfig=/nonexistent/kubeconfig"}, 1, "/nonexistent/kubeconfig: no such file or directory"},
+		"prometheus without a scheme": {[]string{"--prometheus-address=prometheus:9090"}, 2,
+			`tiergate controller: --prometheus-address "prometheus:9090" must be an http or https URL, such as http://prometheus-operated.monitoring.svc:9090`},
+		"prometheus over ftp": {[]string{"--prometheus-address=ftp://prometheus:9090"}, 2,
+			`tiergate controller: --prometheus-address "ftp://prometheus:9090" must be an http or https URL`},
+		"prometheus with no host": {[]string{"--prometheus-address=http://:9090"}, 2,
+			`tiergate controller: --prometheus-address "http://:9090" must be an http or https URL`},
+		"a good prometheus address gets as far as the kubeconfig": {[]string{"--prometheus-address=https://prom.monitoring:9091", "--kubeconfig=/nonexistent/kubeconfig"}, 1,
+			"/nonexistent/kubeconfig: no such file or directory"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

@@ -25,6 +25,10 @@ var (
 		Name: "tiergate_pool_concurrency",
 		Help: "Pool concurrency P = readyReplicas × concurrencyPerReplica, by ModelPool (namespace/name).",
 	}, []string{"pool"})
+	poolDesiredReplicas = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "tiergate_pool_desired_replicas",
+		Help: "Replicas the offered load needs by Little's law (status.desiredReplicas), by ModelPool (namespace/name); the KEDA ScaledObject of spec.autoscaling scales the model Deployment to it.",
+	}, []string{"pool"})
 	tierMaxWait = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "tiergate_tier_max_wait_seconds",
 		Help: "Stated guarantee of a ServiceTier (status.maxWait), by ModelPool (namespace/name) and tier; absent while the pool has no ready replicas.",
@@ -32,20 +36,23 @@ var (
 )
 
 func init() {
-	ctrlmetrics.Registry.MustRegister(pushTotal, pushLatency, poolConcurrency, tierMaxWait)
+	ctrlmetrics.Registry.MustRegister(pushTotal, pushLatency, poolConcurrency, poolDesiredReplicas, tierMaxWait)
 }
 
-// exportPoolMetrics sets a pool's gauges from its bounds: the concurrency,
-// and the same maxWait its tiers' status states (desiredTierStatus). It
-// returns the tiers whose maxWait series it exports.
-func exportPoolMetrics(pool string, exported map[string]bool, b capacity.Bounds) map[string]bool {
+// exportPoolMetrics sets a pool's gauges from its bounds and demand: the
+// concurrency, the desired replicas, and the same maxWait its tiers' status
+// states (desiredTierStatus). It returns the tiers whose maxWait series it
+// exports.
+func exportPoolMetrics(pool string, exported map[string]bool, b capacity.Bounds, d capacity.Demand) map[string]bool {
 	poolConcurrency.WithLabelValues(pool).Set(float64(b.Pool.Concurrency))
+	poolDesiredReplicas.WithLabelValues(pool).Set(float64(d.Replicas))
 	return setTierMaxWait(tierMaxWait, pool, exported, b.Tiers)
 }
 
 // forgetPoolMetrics deletes every series of a pool that went away.
 func forgetPoolMetrics(pool string) {
 	poolConcurrency.DeleteLabelValues(pool)
+	poolDesiredReplicas.DeleteLabelValues(pool)
 	deleteTierMaxWait(tierMaxWait, pool)
 }
 

@@ -48,6 +48,9 @@ type PoolReconciler struct {
 	// UnreachableStrike is how many consecutive failed pushes make an
 	// unreachable pod degrade the pool.
 	UnreachableStrike int
+	// PrometheusAddress is the serverAddress of a ScaledObject whose pool
+	// names none.
+	PrometheusAddress string
 
 	mu    sync.Mutex
 	pools map[types.NamespacedName]*poolMemory
@@ -80,31 +83,30 @@ func (r *PoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 		return ctrl.Result{}, err
 	}
 	states := r.Pusher.States(req.NamespacedName)
-	prevS, newS := r.serviceTime(&pool, states)
-	bounds, err := capacity.ComputeBounds(obs.boundsInput(&pool, newS))
+	c, err := r.compute(&pool, obs, states)
 	if err != nil {
 		// The schema refuses such specs; this is a pool written around it.
 		log.FromContext(ctx).Error(err, "cannot compute bounds")
 		return ctrl.Result{}, reconcile.TerminalError(err)
 	}
-
 	mem := r.memory(req.NamespacedName)
-	want := r.desire(&pool, obs, bounds, states, mem, newS, stamp)
+	c.autoscaler = r.syncAutoscaler(ctx, &pool, &mem.autoscaler, now)
+	want := r.desire(&pool, obs, c, states, mem, stamp)
 	// The version is persisted before any dispatcher sees it, so a
 	// restarted controller never reuses or lowers a version.
-	if err := r.writePoolStatus(ctx, &pool, want.status, newS, prevS); err != nil {
+	if err := r.writePoolStatus(ctx, &pool, want.status, c); err != nil {
 		return ctrl.Result{}, err
 	}
 	mem.contentHash, mem.version = want.hash, want.version
-	mem.maxWaitTiers = exportPoolMetrics(req.String(), mem.maxWaitTiers, bounds)
+	mem.maxWaitTiers = exportPoolMetrics(req.String(), mem.maxWaitTiers, c.bounds, c.demand)
 	r.Pusher.Sync(req.NamespacedName, want.targets, mem.resyncDue(now, r.ResyncPeriod))
 
 	// Tier and quota status after the push has started: it is for people,
 	// the push is for traffic.
-	if err := r.writeTierStatus(ctx, &pool, obs, bounds, stamp); err != nil {
+	if err := r.writeTierStatus(ctx, &pool, obs, c.bounds, stamp); err != nil {
 		return ctrl.Result{}, err
 	}
-	if err := r.writeQuotaStatus(ctx, &pool, obs, bounds, stamp); err != nil {
+	if err := r.writeQuotaStatus(ctx, &pool, obs, c.bounds, stamp); err != nil {
 		return ctrl.Result{}, err
 	}
 	return mem.requeue(now, r.ResyncPeriod), nil
@@ -121,22 +123,51 @@ type desired struct {
 	status  v1alpha1.ModelPoolStatus
 }
 
+// computed is what one reconcile derives from what it observed.
+type computed struct {
+	bounds capacity.Bounds
+	demand capacity.Demand
+	// autoscaler is the outcome of the ScaledObject step.
+	autoscaler autoscalerState
+	// prevS is the observed service time in status, serviceTime the one to
+	// record now (0 while nothing was measured).
+	prevS, serviceTime time.Duration
+}
+
+// compute folds the measured service time and derives the bounds and the
+// desired replicas; an error means a spec the schema would refuse.
+func (r *PoolReconciler) compute(pool *v1alpha1.ModelPool, obs *observed, states []PodState) (computed, error) {
+	var c computed
+	c.prevS, c.serviceTime = r.serviceTime(pool, states)
+	var err error
+	if c.bounds, err = capacity.ComputeBounds(obs.boundsInput(pool, c.serviceTime)); err != nil {
+		return c, err
+	}
+	reports := make([]policy.Measured, 0, len(states))
+	for _, s := range states {
+		reports = append(reports, s.Stats)
+	}
+	c.demand, err = capacity.DesiredReplicas(capacity.DemandInput{Pool: pool, ServiceTime: c.bounds.Pool.ServiceTime, Reports: reports})
+	return c, err
+}
+
 // desire derives the policies' version, the push targets and the pool's
-// status from the bounds.
-func (r *PoolReconciler) desire(pool *v1alpha1.ModelPool, obs *observed, b capacity.Bounds, states []PodState, mem *poolMemory,
-	serviceTime time.Duration, stamp metav1.Time) desired {
-	policies := servablePolicies(b, len(obs.backends))
+// status from what was computed.
+func (r *PoolReconciler) desire(pool *v1alpha1.ModelPool, obs *observed, c computed, states []PodState, mem *poolMemory, stamp metav1.Time) desired {
+	policies := servablePolicies(c.bounds, len(obs.backends))
 	d := desired{hash: contentHash(policies)}
 	d.version = mem.nextVersion(d.hash, pool.Status.PolicyVersion, states)
 	targets := dispatcherTargets(obs.dispatchers, pool.Spec.Dispatchers.AdminPort, policies, d.version)
 	d.status = desiredPoolStatus(pool.Status, poolView{
 		Generation:        pool.Generation,
 		DeploymentFound:   obs.deployment != nil,
-		Bounds:            b,
+		Bounds:            c.bounds,
+		Demand:            c.demand,
+		Autoscaler:        c.autoscaler,
 		Backends:          len(obs.backends),
 		HasTiers:          len(obs.tiers) > 0,
 		Version:           d.version,
-		ObservedService:   serviceTime,
+		ObservedService:   c.serviceTime,
 		Dispatchers:       dispatcherViews(targets, states),
 		UnreachableStrike: r.UnreachableStrike,
 	}, stamp)
@@ -155,6 +186,7 @@ func (r *PoolReconciler) forget(ctx context.Context, key types.NamespacedName, s
 	if m, ok := r.pools[key]; ok {
 		m.contentHash = ""
 		m.maxWaitTiers = nil
+		m.autoscaler = autoscalerMemory{}
 	}
 	r.mu.Unlock()
 	forgetPoolMetrics(key.String())
@@ -256,6 +288,7 @@ type poolMemory struct {
 	// maxWaitTiers are the tiers whose tiergate_tier_max_wait_seconds
 	// series this pool exports.
 	maxWaitTiers map[string]bool
+	autoscaler   autoscalerMemory
 }
 
 func (r *PoolReconciler) memory(key types.NamespacedName) *poolMemory {

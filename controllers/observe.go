@@ -64,6 +64,11 @@ func (obs *observed) boundsInput(pool *v1alpha1.ModelPool, serviceTime time.Dura
 	var ready int32
 	if obs.deployment != nil {
 		ready = obs.deployment.Status.ReadyReplicas
+	} else if pool.Spec.ColdStart != nil {
+		// Without the Deployment no first replica is coming: refuse, as
+		// without a cold start, instead of holding requests for nothing.
+		pool = pool.DeepCopy()
+		pool.Spec.ColdStart = nil
 	}
 	return capacity.BoundsInput{
 		Pool:                pool,

@@ -78,6 +78,9 @@ type Options struct {
 	// UnreachableStrike is how many consecutive failed pushes make an
 	// unreachable pod degrade its pool (default 3).
 	UnreachableStrike int
+	// PrometheusAddress is the Prometheus server a ScaledObject reads from
+	// when its pool's spec.autoscaling.prometheus.serverAddress is empty.
+	PrometheusAddress string
 	// MaxConcurrentReconciles of the pool controller (default 4).
 	MaxConcurrentReconciles int
 	// Clock (default the real one).
@@ -165,6 +168,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 		MeasuredMinCompletions: opts.MeasuredMinCompletions,
 		MeasuredTolerance:      opts.MeasuredTolerance,
 		UnreachableStrike:      opts.UnreachableStrike,
+		PrometheusAddress:      opts.PrometheusAddress,
 	}
 	if err := setupPoolController(mgr, pools, notes, opts.MaxConcurrentReconciles); err != nil {
 		return err

@@ -22,6 +22,8 @@ type poolView struct {
 	Generation        int64
 	DeploymentFound   bool
 	Bounds            capacity.Bounds
+	Demand            capacity.Demand
+	Autoscaler        autoscalerState
 	Backends          int
 	HasTiers          bool
 	Version           int64
@@ -61,6 +63,7 @@ func desiredPoolStatus(cur v1alpha1.ModelPoolStatus, v poolView, now metav1.Time
 		st.ObservedServiceTime = &metav1.Duration{Duration: v.ObservedService}
 	}
 	st.PolicyVersion = v.Version
+	st.DesiredReplicas = v.Demand.Replicas
 	st.Dispatchers = dispatcherCounts(v.Dispatchers, v.Version)
 
 	set := func(typ string, ok bool, reason, msg string) {
@@ -78,6 +81,7 @@ func desiredPoolStatus(cur v1alpha1.ModelPoolStatus, v poolView, now metav1.Time
 	}
 	// The ageing horizon against the client timeout (DESIGN.md section 4).
 	set(v1alpha1.ModelPoolAgeingHorizonExceedsClientTimeout, b.HorizonExceedsClientTimeout, horizonReason(b), capacity.HorizonMessage(b))
+	set(v1alpha1.ModelPoolAutoscalerUnavailable, v.Autoscaler.unavailable, string(v.Autoscaler.reason), v.Autoscaler.message)
 	return st
 }
 
@@ -102,6 +106,8 @@ func poolReady(v poolView) (bool, string, string) {
 	case !v.DeploymentFound:
 		return false, string(v1alpha1.ReasonDeploymentNotFound),
 			"the Deployment named in spec.deploymentRef does not exist; the policy has 0 slots"
+	case b.ColdStart > 0:
+		return false, string(v1alpha1.ReasonHeldForColdStart), heldMessage(v.Bounds)
 	case b.ReadyReplicas == 0:
 		return false, string(v1alpha1.ReasonNoReadyReplicas),
 			"the Deployment has no ready replicas; the policy has 0 slots and dispatchers answer 503"
@@ -118,6 +124,22 @@ func poolReady(v poolView) (bool, string, string) {
 		msg += "; spec.defaultTier names no ServiceTier of this pool, so tenants without a TenantQuota are refused"
 	}
 	return true, string(v1alpha1.ReasonPoolReady), msg
+}
+
+// heldMessage says what a pool at zero holds for its first replica.
+func heldMessage(b capacity.Bounds) string {
+	msg := fmt.Sprintf("the Deployment has no ready replicas; dispatchers hold up to %d requests for the first replica, expected within the cold start of %s",
+		b.Pool.TotalQueueBound, b.Pool.ColdStart)
+	var refused []string
+	for _, tb := range b.Tiers {
+		if tb.QueueBound == 0 {
+			refused = append(refused, tb.Name)
+		}
+	}
+	if len(refused) > 0 {
+		msg += fmt.Sprintf(", and refuse tier %s at once (503): it cannot wait out the cold start", listNames(refused))
+	}
+	return msg
 }
 
 // poolSynced is the Synced condition: every dispatcher pod acknowledged the
@@ -201,14 +223,25 @@ func desiredTierStatus(cur v1alpha1.ServiceTierStatus, gen int64, tb capacity.Ti
 		st.MaxWait = &metav1.Duration{Duration: tb.MaxWait}
 	}
 	st.Guarantee = tb.Guarantee
-	if pool.NoReadyReplicas {
-		setCondition(&st.Conditions, now, gen, v1alpha1.ConditionReady, false, string(v1alpha1.ReasonPoolNotReady),
-			"the pool has no ready replicas: every bound is at its floor of 1 and nothing is served")
-	} else {
-		setCondition(&st.Conditions, now, gen, v1alpha1.ConditionReady, true, string(v1alpha1.ReasonBoundsComputed),
-			fmt.Sprintf("queue bound %d, tenant limits %d in flight and %d queued, for %d pool slots", tb.QueueBound, tb.TenantConcurrencyLimit, tb.TenantQueueLimit, pool.Concurrency))
-	}
+	ready, reason, msg := tierReady(tb, pool)
+	setCondition(&st.Conditions, now, gen, v1alpha1.ConditionReady, ready, reason, msg)
 	return st
+}
+
+// tierReady is a tier's Ready condition: whether its bounds serve now.
+func tierReady(tb capacity.TierBounds, pool capacity.PoolBounds) (bool, string, string) {
+	switch {
+	case pool.ColdStart > 0 && tb.QueueBound == 0:
+		return false, string(v1alpha1.ReasonPoolNotReady), fmt.Sprintf(
+			"the pool is at zero replicas and this tier cannot wait out the cold start of %s: its requests are refused (503) until a replica is Ready", pool.ColdStart)
+	case pool.ColdStart > 0:
+		return false, string(v1alpha1.ReasonTierHeldForColdStart), fmt.Sprintf(
+			"the pool is at zero replicas: up to %d requests are held for the first replica, expected within the cold start of %s", tb.QueueBound, pool.ColdStart)
+	case pool.NoReadyReplicas:
+		return false, string(v1alpha1.ReasonPoolNotReady), "the pool has no ready replicas: every bound is at its floor of 1 and nothing is served"
+	}
+	return true, string(v1alpha1.ReasonBoundsComputed),
+		fmt.Sprintf("queue bound %d, tenant limits %d in flight and %d queued, for %d pool slots", tb.QueueBound, tb.TenantConcurrencyLimit, tb.TenantQueueLimit, pool.Concurrency)
 }
 
 // orphanTierStatus is the status of a tier whose pool does not exist.

@@ -41,6 +41,18 @@ func seedBounds(t *testing.T, replicas int32, dispatchers int) capacity.Bounds {
 	return b
 }
 
+// heldBounds is the seed's pool at zero with a cold start of 12s: premium
+// 0, standard 5, free 12 (capacity's tests work them out).
+func heldBounds(t *testing.T) capacity.Bounds {
+	t.Helper()
+	b, err := capacity.ComputeBounds(capacity.BoundsInput{Pool: seed.Pool(seed.WithClientTimeout(30*time.Second), seed.WithColdStart(12*time.Second)),
+		Tiers: seed.Tiers(), Dispatchers: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
 func TestDesiredPoolStatus(t *testing.T) {
 	unauthorized := PodState{Result: PushUnauthorized, Failures: 1, Err: fmt.Errorf("%w: 10.0.0.2:9090 answered 401", ErrPushUnauthorized)}
 	rejected := PodState{Result: PushRejected, Failures: 1, Err: fmt.Errorf("%w: 10.0.0.3:9090 answered 400: bad", ErrPushRejected)}
@@ -131,9 +143,41 @@ func TestDesiredPoolStatus(t *testing.T) {
 				"Synced": {"Synced", "False", "NoTiers", "no policy to push: the pool has no ServiceTier"}},
 		},
 	}
+	tests["zero ready replicas with a cold start: held for the first replica, premium refused"] = struct {
+		view   poolView
+		counts v1alpha1.DispatcherCounts
+		want   map[string]condRow
+	}{
+		view:   poolView{DeploymentFound: true, Bounds: heldBounds(t), HasTiers: true, Version: 1, Dispatchers: []dispatcherView{{Name: "d-0", Acked: 1}}},
+		counts: v1alpha1.DispatcherCounts{Total: 1, Synced: 1},
+		want: map[string]condRow{"AgeingHorizonExceedsClientTimeout": horizon, "Degraded": healthy,
+			"Ready": {"Ready", "False", "HeldForColdStart", "the Deployment has no ready replicas; dispatchers hold up to 17 requests for the first replica, " +
+				"expected within the cold start of 12s, and refuse tier premium at once (503): it cannot wait out the cold start"},
+			"Synced": {"Synced", "True", "AllDispatchersSynced", "1/1 dispatchers hold policy version 1"}},
+	}
+	tests["KEDA missing: AutoscalerUnavailable, and nothing else changes"] = struct {
+		view   poolView
+		counts v1alpha1.DispatcherCounts
+		want   map[string]condRow
+	}{
+		view: poolView{DeploymentFound: true, Bounds: seedBounds(t, 6, 1), Backends: 6, HasTiers: true, Version: 2,
+			Autoscaler: kedaMissing(errors.New("no matches for kind")), Dispatchers: []dispatcherView{{Name: "d-0", Acked: 2}}},
+		counts: v1alpha1.DispatcherCounts{Total: 1, Synced: 1},
+		want: map[string]condRow{"Ready": ready, "AgeingHorizonExceedsClientTimeout": horizon, "Degraded": healthy,
+			"Synced": {"Synced", "True", "AllDispatchersSynced", "1/1 dispatchers hold policy version 2"},
+			"AutoscalerUnavailable": {"AutoscalerUnavailable", "True", "KEDANotInstalled", "KEDA's ScaledObject CRD (scaledobjects.keda.sh) is not installed, " +
+				"so nothing scales the Deployment; once it is, the ScaledObject is created within a resync period (no matches for kind)"}},
+	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			tc.view.Generation = 3
+			if tc.view.Autoscaler.reason == "" {
+				tc.view.Autoscaler = notRequested
+			}
+			if _, ok := tc.want[v1alpha1.ModelPoolAutoscalerUnavailable]; !ok {
+				tc.want[v1alpha1.ModelPoolAutoscalerUnavailable] = condRow{"AutoscalerUnavailable", "False", "AutoscalingNotRequested",
+					"spec.autoscaling is not set; the controller keeps no ScaledObject"}
+			}
 			st := desiredPoolStatus(v1alpha1.ModelPoolStatus{}, tc.view, t0)
 			if diff := cmp.Diff(tc.want, condRows(st.Conditions)); diff != "" {
 				t.Errorf("conditions (-want +got):\n%s", diff)
@@ -155,12 +199,13 @@ func TestDesiredPoolStatus(t *testing.T) {
 
 func TestDesiredPoolStatusValuesAndStableTransitions(t *testing.T) {
 	v := poolView{Generation: 1, DeploymentFound: true, Bounds: seedBounds(t, 6, 1), Backends: 6, HasTiers: true, Version: 4,
+		Demand: capacity.Demand{Replicas: 3}, Autoscaler: notRequested,
 		ObservedService: 5500 * time.Millisecond, Dispatchers: []dispatcherView{{Name: "d-0", Ready: true, Acked: 4}}}
 	first := desiredPoolStatus(v1alpha1.ModelPoolStatus{}, v, t0)
 	want := v1alpha1.ModelPoolStatus{
 		ObservedGeneration: 1, ReadyReplicas: 6, PoolConcurrency: 24, ServiceRate: "4",
 		AgeingRate: &metav1.Duration{Duration: 6 * time.Second}, ObservedServiceTime: &metav1.Duration{Duration: 5500 * time.Millisecond},
-		Dispatchers: v1alpha1.DispatcherCounts{Total: 1, Ready: 1, Synced: 1}, PolicyVersion: 4, Conditions: first.Conditions,
+		Dispatchers: v1alpha1.DispatcherCounts{Total: 1, Ready: 1, Synced: 1}, PolicyVersion: 4, DesiredReplicas: 3, Conditions: first.Conditions,
 	}
 	if diff := cmp.Diff(want, first); diff != "" {
 		t.Errorf("status (-want +got):\n%s", diff)
@@ -191,7 +236,7 @@ func TestHorizonWithoutClientTimeout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st := desiredPoolStatus(v1alpha1.ModelPoolStatus{}, poolView{DeploymentFound: true, Bounds: b, Backends: 1, HasTiers: true}, t0)
+	st := desiredPoolStatus(v1alpha1.ModelPoolStatus{}, poolView{DeploymentFound: true, Bounds: b, Backends: 1, HasTiers: true, Autoscaler: notRequested}, t0)
 	want := condRow{"AgeingHorizonExceedsClientTimeout", "False", "HorizonWithinClientTimeout", "ageing horizon 2m0s (6s per point × 20 points); no clientTimeout is set"}
 	if diff := cmp.Diff(want, condRows(st.Conditions)["AgeingHorizonExceedsClientTimeout"]); diff != "" {
 		t.Errorf("(-want +got):\n%s", diff)
@@ -214,6 +259,23 @@ func TestDesiredTierStatus(t *testing.T) {
 		t.Errorf("zero replicas: maxWait %v bound %d, want none and 1", st.MaxWait, st.QueueBound)
 	}
 	want = condRow{"Ready", "False", "PoolNotReady", "the pool has no ready replicas: every bound is at its floor of 1 and nothing is served"}
+	if diff := cmp.Diff(want, condRows(st.Conditions)["Ready"]); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+	held := heldBounds(t)
+	st = desiredTierStatus(st, 2, held.Tiers[2], held.Pool, t1)
+	if st.MaxWait == nil || st.MaxWait.Duration != 163500*time.Millisecond || st.QueueBound != 12 {
+		t.Errorf("held: maxWait %v bound %d, want 2m43.5s (with the 12s cold start) and 12", st.MaxWait, st.QueueBound)
+	}
+	want = condRow{"Ready", "False", "HeldForColdStart", "the pool is at zero replicas: up to 12 requests are held for the first replica, expected within the cold start of 12s"}
+	if diff := cmp.Diff(want, condRows(st.Conditions)["Ready"]); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+	st = desiredTierStatus(st, 2, held.Tiers[0], held.Pool, t1)
+	if st.MaxWait != nil || st.QueueBound != 0 {
+		t.Errorf("held premium: maxWait %v bound %d, want none and 0", st.MaxWait, st.QueueBound)
+	}
+	want = condRow{"Ready", "False", "PoolNotReady", "the pool is at zero replicas and this tier cannot wait out the cold start of 12s: its requests are refused (503) until a replica is Ready"}
 	if diff := cmp.Diff(want, condRows(st.Conditions)["Ready"]); diff != "" {
 		t.Errorf("(-want +got):\n%s", diff)
 	}

@@ -3,7 +3,6 @@ package controllers
 import (
 	"context"
 	"encoding/json"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -62,18 +61,18 @@ func patchStatus[S any](ctx context.Context, c client.Client, obj client.Object,
 // writePoolStatus writes the pool's status when it changed and records the
 // events of the change. A Conflict is returned, so the pool is reconciled
 // again from the fresh object and nothing of this reconcile is pushed.
-func (r *PoolReconciler) writePoolStatus(ctx context.Context, pool *v1alpha1.ModelPool, st v1alpha1.ModelPoolStatus, observedS, prevObservedS time.Duration) error {
+func (r *PoolReconciler) writePoolStatus(ctx context.Context, pool *v1alpha1.ModelPool, st v1alpha1.ModelPoolStatus, c computed) error {
 	old := *pool.Status.DeepCopy()
 	wrote, err := patchStatus(ctx, r.Client, pool, &pool.Status, st, optimisticLock)
 	if err != nil || !wrote {
 		return err
 	}
-	r.poolEvents(pool, old, st, observedS, prevObservedS)
+	r.poolEvents(pool, old, st, c)
 	return nil
 }
 
 // poolEvents records the changes people care about.
-func (r *PoolReconciler) poolEvents(pool *v1alpha1.ModelPool, old, cur v1alpha1.ModelPoolStatus, observedS, prevObservedS time.Duration) {
+func (r *PoolReconciler) poolEvents(pool *v1alpha1.ModelPool, old, cur v1alpha1.ModelPoolStatus, c computed) {
 	if r.Recorder == nil {
 		return
 	}
@@ -82,20 +81,35 @@ func (r *PoolReconciler) poolEvents(pool *v1alpha1.ModelPool, old, cur v1alpha1.
 		o := meta.FindStatusCondition(old.Conditions, typ)
 		return n, n != nil && (o == nil || o.Status != n.Status || o.Reason != n.Reason)
 	}
-	if c, ok := changed(v1alpha1.ModelPoolAgeingHorizonExceedsClientTimeout); ok && c.Status == metav1.ConditionTrue {
-		r.Recorder.Eventf(pool, nil, corev1.EventTypeWarning, v1alpha1.ModelPoolAgeingHorizonExceedsClientTimeout, "ComputeBounds", "%s", c.Message)
+	for _, typ := range []string{v1alpha1.ModelPoolAgeingHorizonExceedsClientTimeout, v1alpha1.ModelPoolDegraded, v1alpha1.ModelPoolAutoscalerUnavailable} {
+		if cond, ok := changed(typ); ok && cond.Status == metav1.ConditionTrue {
+			reason := cond.Reason
+			if typ == v1alpha1.ModelPoolAgeingHorizonExceedsClientTimeout {
+				reason = typ
+			}
+			r.Recorder.Eventf(pool, nil, corev1.EventTypeWarning, reason, eventAction[typ], "%s", cond.Message)
+		}
 	}
-	if c, ok := changed(v1alpha1.ModelPoolDegraded); ok && c.Status == metav1.ConditionTrue {
-		r.Recorder.Eventf(pool, nil, corev1.EventTypeWarning, c.Reason, "PushPolicy", "%s", c.Message)
-	}
+	// Changes of a status written before; the first write is no change.
 	if old.PoolConcurrency != cur.PoolConcurrency && old.ObservedGeneration != 0 {
 		r.Recorder.Eventf(pool, nil, corev1.EventTypeNormal, "ScaledPool", "ComputeBounds",
 			"pool concurrency %d→%d (%d→%d ready replicas)", old.PoolConcurrency, cur.PoolConcurrency, old.ReadyReplicas, cur.ReadyReplicas)
 	}
-	if observedS != prevObservedS && observedS > 0 {
-		r.Recorder.Eventf(pool, nil, corev1.EventTypeNormal, "ServiceTimeMeasured", "ComputeBounds",
-			"dispatchers measure a service time of %s (was %s)", observedS, prevObservedS)
+	if old.DesiredReplicas != cur.DesiredReplicas && old.ObservedGeneration != 0 {
+		r.Recorder.Eventf(pool, nil, corev1.EventTypeNormal, "DesiredReplicas", "ComputeDemand",
+			"desired replicas %d→%d: %s requests/s offered, %d queued or held", old.DesiredReplicas, cur.DesiredReplicas, c.demand.OfferedLoadString, c.demand.Queued)
 	}
+	if c.serviceTime != c.prevS && c.serviceTime > 0 {
+		r.Recorder.Eventf(pool, nil, corev1.EventTypeNormal, "ServiceTimeMeasured", "ComputeBounds",
+			"dispatchers measure a service time of %s (was %s)", c.serviceTime, c.prevS)
+	}
+}
+
+// eventAction is the action of the Warning event of a pool condition.
+var eventAction = map[string]string{
+	v1alpha1.ModelPoolAgeingHorizonExceedsClientTimeout: "ComputeBounds",
+	v1alpha1.ModelPoolDegraded:                          "PushPolicy",
+	v1alpha1.ModelPoolAutoscalerUnavailable:             "SyncScaledObject",
 }
 
 // writeTierStatus writes each tier's status where it changed; a tier

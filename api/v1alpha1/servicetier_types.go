@@ -71,10 +71,13 @@ type ServiceTierReason string
 
 // ServiceTier condition reasons.
 const (
-	ReasonBoundsComputed    ServiceTierReason = "BoundsComputed"
-	ReasonPoolNotFound      ServiceTierReason = "PoolNotFound"
-	ReasonPoolNotReady      ServiceTierReason = "PoolNotReady"
-	ReasonDuplicatePriority ServiceTierReason = "DuplicateTier"
+	ReasonBoundsComputed ServiceTierReason = "BoundsComputed"
+	ReasonPoolNotFound   ServiceTierReason = "PoolNotFound"
+	ReasonPoolNotReady   ServiceTierReason = "PoolNotReady"
+	// ReasonTierHeldForColdStart: the pool is at zero and requests of the
+	// tier are held for its first replica.
+	ReasonTierHeldForColdStart ServiceTierReason = "HeldForColdStart"
+	ReasonDuplicatePriority    ServiceTierReason = "DuplicateTier"
 )
 
 // +kubebuilder:object:root=true
