@@ -3,11 +3,15 @@
 #
 #   bin/k8s/{kube-apiserver,etcd,kubectl}  from the hack/tools module
 #   bin/{helm,controller-gen,golangci-lint} with go install pkg@version
-#   bin/{govulncheck,indexdb} with go install pkg@version, and
+#   bin/{govulncheck,indexdb} with go install pkg@version,
 #   bin/vulndb, the offline vulnerability database that indexdb builds from
-#   the data/osv folder of a pinned golang.org/x/vulndb module
+#   the data/osv folder of a pinned golang.org/x/vulndb module, and
+#   bin/keda/keda.sh_scaledobjects.yaml, KEDA's own ScaledObject CRD from the
+#   pinned github.com/kedacore/keda/v2 module, which the suites install on
+#   the test API server (the module is only downloaded, never built or
+#   required by a go.mod)
 #
-# Usage: hack/tools.sh [k8s|helm|controller-gen|golangci-lint|govulncheck|vulndb]...
+# Usage: hack/tools.sh [k8s|helm|controller-gen|golangci-lint|govulncheck|vulndb|keda]...
 # (no argument: all of them)
 #
 # Everything comes from the Go module proxy; nothing else is downloaded.
@@ -26,6 +30,8 @@ GOVULNCHECK_VERSION=v1.9.0
 # The vulnerability data: a pseudo-version of golang.org/x/vulndb. Moving it
 # forward is how new advisories reach `make vulncheck`.
 VULNDB_VERSION=v0.0.0-20261105234957-e22db6528018
+# KEDA, whose ScaledObject CRD the controller's ScaledObjects must satisfy.
+KEDA_VERSION=v2.21.0
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 bin=$root/bin
@@ -34,9 +40,9 @@ export GOWORK=off
 groups=("$@")
 for g in "${groups[@]}"; do
 	case $g in
-	k8s | helm | controller-gen | golangci-lint | govulncheck | vulndb) ;;
+	k8s | helm | controller-gen | golangci-lint | govulncheck | vulndb | keda) ;;
 	*)
-		echo "tools: unknown tool $g (want k8s, helm, controller-gen, golangci-lint, govulncheck or vulndb)" >&2
+		echo "tools: unknown tool $g (want k8s, helm, controller-gen, golangci-lint, govulncheck, vulndb or keda)" >&2
 		exit 2
 		;;
 	esac
@@ -173,3 +179,28 @@ build_vulndb() {
 	echo "$key" >"$stamp"
 }
 if wanted vulndb; then build_vulndb; fi
+
+# copy_keda_crd: bin/keda/keda.sh_scaledobjects.yaml from the module cache.
+copy_keda_crd() {
+	local out=$bin/keda/keda.sh_scaledobjects.yaml
+	local key stamp=$bin/keda/.stamp
+	key=$(stamp_key "github.com/kedacore/keda/v2@$KEDA_VERSION")
+	if [[ -f $stamp && $(<"$stamp") == "$key" && -f $out ]]; then
+		echo "tools: bin/keda is current (KEDA $KEDA_VERSION ScaledObject CRD)"
+		return
+	fi
+	echo "tools: copying KEDA $KEDA_VERSION's ScaledObject CRD into bin/keda"
+	local dir
+	dir=$(cd "$root/hack/tools" && go mod download -json "github.com/kedacore/keda/v2@$KEDA_VERSION" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+	local src=$dir/config/crd/bases/keda.sh_scaledobjects.yaml
+	if [[ -z $dir || ! -f $src ]]; then
+		echo "tools: github.com/kedacore/keda/v2@$KEDA_VERSION has no config/crd/bases/keda.sh_scaledobjects.yaml (got dir '$dir')" >&2
+		exit 1
+	fi
+	mkdir -p "$bin/keda"
+	rm -f "$stamp"
+	# The module cache is read-only; the copy is not.
+	install -m 0644 "$src" "$out"
+	echo "$key" >"$stamp"
+}
+if wanted keda; then copy_keda_crd; fi
