@@ -32,7 +32,7 @@ func DesiredReplicasQuery(pool string) string {
 	return fmt.Sprintf("max(tiergate_pool_desired_replicas{pool=%q})", pool)
 }
 
-// scaledObject is the ScaledObject spec.autoscaling asks for, named and
+// ScaledObjectFor is the ScaledObject spec.autoscaling asks for, named and
 // controlled by the pool; server is the Prometheus address.
 //
 // The trigger asks for exactly status.desiredReplicas. KEDA hands the HPA
@@ -47,7 +47,7 @@ func DesiredReplicasQuery(pool string) string {
 // turns a missing series into a scaler error instead of 0, so a
 // controller or Prometheus outage keeps the replicas rather than scaling
 // the pool to minReplicas.
-func scaledObject(pool *v1alpha1.ModelPool, server string) *unstructured.Unstructured {
+func ScaledObjectFor(pool *v1alpha1.ModelPool, server string) *unstructured.Unstructured {
 	a := pool.Spec.Autoscaling
 	noDeadBand := map[string]any{"tolerance": "0"}
 	u := &unstructured.Unstructured{Object: map[string]any{
@@ -155,7 +155,7 @@ func (r *PoolReconciler) applyScaledObject(ctx context.Context, pool *v1alpha1.M
 		return unavailable(v1alpha1.ReasonNoPrometheusAddress,
 			"spec.autoscaling.prometheus.serverAddress is empty and the controller runs without --prometheus-address: KEDA would have no Prometheus to query")
 	}
-	want := scaledObject(pool, server)
+	want := ScaledObjectFor(pool, server)
 	name := pool.Namespace + "/" + pool.Name
 	cur := &unstructured.Unstructured{}
 	cur.SetGroupVersionKind(ScaledObjectGVK)

@@ -71,7 +71,7 @@ spec:
 func TestScaledObject(t *testing.T) {
 	pool := seed.Pool(seed.WithAutoscaling(0, 4, ""))
 	pool.UID = "pool-uid"
-	got, err := yaml.Marshal(scaledObject(pool, "http://prometheus.monitoring:9090").Object)
+	got, err := yaml.Marshal(ScaledObjectFor(pool, "http://prometheus.monitoring:9090").Object)
 	if err != nil {
 		t.Fatal(err)
 	}

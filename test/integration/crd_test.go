@@ -36,7 +36,7 @@ func TestCRDsAreEstablished(t *testing.T) {
 	tests := map[string]crdShape{
 		"modelpools.tiergate.dev": {
 			Kind: "ModelPool", Plural: "modelpools", ShortName: "mp",
-			Columns: []string{"DEPLOYMENT", "REPLICAS", "SLOTS", "RATE", "SYNCED", "VERSION", "READY", "AGE"},
+			Columns: []string{"DEPLOYMENT", "REPLICAS", "DESIRED", "SLOTS", "RATE", "SYNCED", "VERSION", "READY", "AGE"},
 		},
 		"servicetiers.tiergate.dev": {
 			Kind: "ServiceTier", Plural: "servicetiers", ShortName: "st",

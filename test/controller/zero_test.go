@@ -1,0 +1,158 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/tiergate/tiergate/api/v1alpha1"
+	"github.com/tiergate/tiergate/dispatcher/policy"
+	"github.com/tiergate/tiergate/internal/testutil"
+)
+
+// withColdStart adds spec.coldStart to the sample pool.
+func withColdStart(d string) func(string) string {
+	return func(s string) string {
+		return strings.Replace(s, "  clientTimeout: 30s\n", "  clientTimeout: 30s\n  coldStart: "+d+"\n", 1)
+	}
+}
+
+// The samples at zero replicas with a cold start of 12s: one replica
+// serves μ₁ = 4/6s, so with the 30s client timeout premium (5s) gets 0,
+// standard ⌊2/3 × 8s⌋ = 5 and free ⌊2/3 × 18s⌋ = 12, pool-wide. Two
+// dispatchers each have half of the first replica's 4 slots: 0, 2 and 6,
+// with tenant limits 1, slots 0, no backends and μ₁/2 as their rate.
+func heldSamplePolicy(ns string) policy.Policy {
+	p := samplePolicy(ns, []policy.Backend{}, 0, []policy.Tier{
+		{Name: "premium", BasePriority: 0, TolerableWaitSeconds: 5, QueueBound: 0, TenantConcurrencyLimit: 1, TenantQueueLimit: 1},
+		{Name: "standard", BasePriority: 10, TolerableWaitSeconds: 20, QueueBound: 2, TenantConcurrencyLimit: 1, TenantQueueLimit: 1},
+		{Name: "free", BasePriority: 20, TolerableWaitSeconds: 60, QueueBound: 6, TenantConcurrencyLimit: 1, TenantQueueLimit: 1},
+	}, sampleTenants)
+	p.ServiceRate = 2.0 / 6
+	p.ColdStartSeconds = 12
+	return p
+}
+
+func TestBoundsAtZeroFollowTheColdStart(t *testing.T) {
+	e := newEnv(t)
+	for i := 0; i < 2; i++ {
+		e.startDispatcher(fmt.Sprintf("dispatcher-%d", i), 2+i, pushToken, true)
+	}
+	e.applySamples(withColdStart("12s"))
+	e.setReadyReplicas(0)
+
+	// The real dispatchers accept the held policy and stay Ready.
+	if took, err := allHold(e.disp, 5*time.Second, matches(heldSamplePolicy(e.ns))); err != nil {
+		t.Fatalf("after %s the dispatchers do not hold the policy at zero: %v", took, err)
+	}
+	testutil.Eventually(t, 5*time.Second, "dispatcher pods Ready at zero", func() error {
+		for _, d := range e.disp {
+			if ok, err := podIsReady(e.ns, d.pod); err != nil || !ok {
+				return fmt.Errorf("%s Ready %v: %v", d.pod, ok, err)
+			}
+		}
+		return nil
+	})
+
+	// Status and kubectl show the same numbers; maxWait includes the 12s.
+	wantTiers := map[string]string{
+		"premium":  "bound 0 maxWait - PoolNotReady",
+		"standard": "bound 5 maxWait 1m43.5s HeldForColdStart",
+		"free":     "bound 12 maxWait 2m43.5s HeldForColdStart",
+	}
+	testutil.Eventually(t, 5*time.Second, "ServiceTier status at zero", func() error {
+		return tiersAre(e.ns, wantTiers)
+	})
+	testutil.Eventually(t, 5*time.Second, "ModelPool Ready condition at zero", func() error {
+		return conditionIs(e.pool().Status.Conditions, v1alpha1.ConditionReady, "False", string(v1alpha1.ReasonHeldForColdStart))
+	})
+	if msg := condition(e.pool().Status.Conditions, v1alpha1.ConditionReady).Message; !strings.Contains(msg, "hold up to 17 requests") || !strings.Contains(msg, "refuse tier premium at once") {
+		t.Errorf("Ready message %q does not state the 17 held requests and premium's refusal", msg)
+	}
+	out, err := kubectlCmd("get", "servicetiers", "-n", e.ns, "-o", "custom-columns=NAME:.metadata.name,BOUND:.status.queueBound", "--no-headers", "--sort-by=.spec.basePriority")
+	if err != nil {
+		t.Fatalf("kubectl get servicetiers: %v\n%s", err, out)
+	}
+	if diff := cmp.Diff("premium    0\nstandard   5\nfree       12\n", string(out)); diff != "" {
+		t.Errorf("kubectl get servicetiers (-want +got):\n%s", diff)
+	}
+	printed, err := kubectlCmd("get", "servicetiers", "-n", e.ns)
+	if err != nil || !strings.Contains(string(printed), "BOUND") {
+		t.Fatalf("kubectl get servicetiers: %v\n%s", err, printed)
+	}
+	assertPrintedBound(t, string(printed), map[string]string{"premium": "0", "standard": "5", "free": "12"})
+
+	// The first replica: ordinary bounds, no cold start in the policy.
+	e.modelPods(1)
+	e.setReadyReplicas(1)
+	if took, err := allHold(e.disp, 5*time.Second, func(p *policy.Policy) error {
+		got := fmt.Sprintf("slots %d coldStart %v backends %d bounds %v", p.Slots, p.ColdStartSeconds, len(p.Backends), queueBounds(p))
+		// R=1: P=4, μ=2/3; L 3/13/20, halved with the floor: 1/6/10.
+		if want := "slots 2 coldStart 0 backends 1 bounds [1 6 10]"; got != want {
+			return fmt.Errorf("%w: %s, want %s", errMismatch, got, want)
+		}
+		return nil
+	}); err != nil {
+		t.Fatalf("after %s the first replica's policy is not held: %v", took, err)
+	}
+}
+
+func queueBounds(p *policy.Policy) []int {
+	var out []int
+	for _, pt := range p.Tiers {
+		out = append(out, pt.QueueBound)
+	}
+	return out
+}
+
+// tiersAre compares each tier's bound, maxWait and Ready reason.
+func tiersAre(ns string, want map[string]string) error {
+	var tiers v1alpha1.ServiceTierList
+	if err := k8s.List(context.Background(), &tiers, client.InNamespace(ns)); err != nil {
+		return err
+	}
+	got := map[string]string{}
+	for _, tr := range tiers.Items {
+		wait := "-"
+		if tr.Status.MaxWait != nil {
+			wait = tr.Status.MaxWait.Duration.String()
+		}
+		reason := ""
+		if c := condition(tr.Status.Conditions, v1alpha1.ConditionReady); c != nil {
+			reason = c.Reason
+		}
+		got[tr.Name] = fmt.Sprintf("bound %d maxWait %s %s", tr.Status.QueueBound, wait, reason)
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		return fmt.Errorf("tiers (-want +got):\n%s", diff)
+	}
+	return nil
+}
+
+// assertPrintedBound reads the BOUND column of `kubectl get servicetiers`.
+func assertPrintedBound(t *testing.T, printed string, want map[string]string) {
+	t.Helper()
+	lines := strings.Split(strings.TrimSpace(printed), "\n")
+	header := strings.Fields(lines[0])
+	col := -1
+	for i, h := range header {
+		if h == "BOUND" {
+			col = i
+		}
+	}
+	got := map[string]string{}
+	for _, l := range lines[1:] {
+		f := strings.Fields(l)
+		if col >= 0 && col < len(f) {
+			got[f[0]] = f[col]
+		}
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("BOUND column of kubectl get servicetiers (-want +got):\n%s\n%s", diff, printed)
+	}
+}
