@@ -145,3 +145,30 @@ func TestWritePolicyFileFailures(t *testing.T) {
 		t.Errorf("failures %q", r.errs)
 	}
 }
+
+func TestDispatcherAdminFailures(t *testing.T) {
+	d := StartDispatcher(t, binaries(t).Tiergate, DispatcherOptions{})
+	invalid := testPolicy(1, "127.0.0.1:1")
+	invalid["slots"] = -1
+	// In order: the last one stops the dispatcher.
+	tests := []struct {
+		name string
+		call func(testing.TB)
+		want string
+	}{
+		{"an invalid policy", func(tb testing.TB) { d.MustPutPolicy(tb, invalid) }, "PUT /v1/policy: 400 {"},
+		{"a policy that is not JSON", func(tb testing.TB) { d.PutPolicy(tb, make(chan int)) }, "encoding the policy: json: unsupported type: chan int"},
+		{"a bad method", func(tb testing.TB) { d.AdminDo(tb, "BAD METHOD", "/v1/policy", "", nil) }, `BAD METHOD /v1/policy: net/http: invalid method "BAD METHOD"`},
+		{"the dispatcher gone", func(tb testing.TB) { d.Kill(); d.AdminDo(tb, http.MethodGet, "/healthz", "", nil) },
+			"GET /healthz: Get \"http://" + d.Admin + "/healthz\": dial tcp " + d.Admin + ": connect: connection refused"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := &recorder{TB: t}
+			r.do(func() { tc.call(r) })
+			if !r.fatal || len(r.errs) != 1 || !strings.HasPrefix(r.errs[0], tc.want) {
+				t.Errorf("failures %q, want one starting %q", r.errs, tc.want)
+			}
+		})
+	}
+}

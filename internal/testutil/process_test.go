@@ -122,6 +122,11 @@ func TestOutputIsCapturedInOrder(t *testing.T) {
 	if !p.Exited() || p.Err() != nil {
 		t.Errorf("Exited, Err = %v, %v; want true, nil", p.Exited(), p.Err())
 	}
+	select {
+	case <-p.Done():
+	default:
+		t.Error("Done is open after the exit")
+	}
 }
 
 func TestStopEndsWithSIGTERM(t *testing.T) {
@@ -185,6 +190,7 @@ func TestKillGroupKillsTheChildren(t *testing.T) {
 	if got := signalOf(t, p.Err()); got != syscall.SIGKILL {
 		t.Errorf("the leader ended by %v, want SIGKILL", got)
 	}
+	p.KillGroup() // idempotent
 	// The child is not ours to reap: it is gone once kill(pid, 0) fails,
 	// or a zombie waiting for init.
 	Eventually(t, 5*time.Second, "the child is dead", func() error {
