@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/tiergate/tiergate/dispatcher/policy"
-	"github.com/tiergate/tiergate/dispatcher/state/redistest"
+	"github.com/tiergate/tiergate/internal/redistest"
 	"github.com/tiergate/tiergate/internal/testutil"
 )
 

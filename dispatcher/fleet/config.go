@@ -1,4 +1,4 @@
-package state
+package fleet
 
 import (
 	"crypto/tls"
@@ -11,11 +11,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/go-logr/logr"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
-	"k8s.io/utils/clock"
 )
 
 // Local is the --state value of local mode: no shared state, no Gate.
@@ -35,7 +32,7 @@ const (
 )
 
 // ErrInvalidConfig wraps every configuration error.
-var ErrInvalidConfig = errors.New("state: invalid configuration")
+var ErrInvalidConfig = errors.New("fleet: invalid configuration")
 
 // Config is what the dispatcher's flags say about shared state. Start from
 // the zero value (every zero field takes its default) and set what the
@@ -148,13 +145,13 @@ func clusterURL(raw string) (bool, string, error) {
 // for one, else a single-node client. Calls on the dispatch path must fail
 // fast rather than stall the queue, so the Gate's timeouts replace go-redis's
 // defaults and retries are off.
-func (c *Config) newClient(tlsCfg *tls.Config) (redis.UniversalClient, error) {
+func (c *Config) newClient() (redis.UniversalClient, error) {
 	cluster, raw, err := clusterURL(c.URL)
 	if err != nil {
 		return nil, fmt.Errorf("%w: --state %q: %v", ErrInvalidConfig, redactURL(c.URL), err)
 	}
 	if !cluster {
-		o, err := c.redisOptions(tlsCfg)
+		o, err := c.redisOptions()
 		if err != nil {
 			return nil, err
 		}
@@ -167,7 +164,7 @@ func (c *Config) newClient(tlsCfg *tls.Config) (redis.UniversalClient, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: --state %q: %v", ErrInvalidConfig, redactURL(c.URL), err)
 	}
-	pw, tc, err := c.secrets(o.TLSConfig, tlsCfg)
+	pw, tc, err := c.secrets(o.TLSConfig)
 	if err != nil {
 		return nil, err
 	}
@@ -180,17 +177,17 @@ func (c *Config) newClient(tlsCfg *tls.Config) (redis.UniversalClient, error) {
 	o.MaxRetries = -1
 	o.ContextTimeoutEnabled = true
 	o.DisableIdentity = true
-	o.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+	o.MaintNotificationsConfig = noMaintNotifications()
 	return redis.NewClusterClient(o), nil
 }
 
 // redisOptions are the single-node client's options.
-func (c *Config) redisOptions(tlsCfg *tls.Config) (*redis.Options, error) {
+func (c *Config) redisOptions() (*redis.Options, error) {
 	o, err := redis.ParseURL(c.URL)
 	if err != nil {
 		return nil, fmt.Errorf("%w: --state %q: %v", ErrInvalidConfig, redactURL(c.URL), err)
 	}
-	pw, tc, err := c.secrets(o.TLSConfig, tlsCfg)
+	pw, tc, err := c.secrets(o.TLSConfig)
 	if err != nil {
 		return nil, err
 	}
@@ -198,21 +195,24 @@ func (c *Config) redisOptions(tlsCfg *tls.Config) (*redis.Options, error) {
 		o.Password = pw
 	}
 	o.TLSConfig = tc
-	o.DialTimeout = c.OpTimeout
-	o.DialerRetries = 1
-	o.ReadTimeout = c.OpTimeout
-	o.WriteTimeout = c.OpTimeout
-	o.PoolTimeout = c.OpTimeout
+	o.DialTimeout, o.DialerRetries = c.OpTimeout, 1
+	o.ReadTimeout, o.WriteTimeout, o.PoolTimeout = c.OpTimeout, c.OpTimeout, c.OpTimeout
 	o.MaxRetries = -1
 	o.ContextTimeoutEnabled = true
 	o.DisableIdentity = true
-	o.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+	o.MaintNotificationsConfig = noMaintNotifications()
 	return o, nil
 }
 
-// secrets reads the password file and completes the TLS configuration go-redis
-// derived from the URL (nil for redis://) with the CA file and the option.
-func (c *Config) secrets(fromURL, opt *tls.Config) (string, *tls.Config, error) {
+// noMaintNotifications turns off go-redis's maintenance notifications,
+// which would start goroutines and a handshake the Gate has no use for.
+func noMaintNotifications() *maintnotifications.Config {
+	return &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+}
+
+// secrets reads the password file and completes the TLS configuration
+// go-redis derived from the URL (nil for redis://) with the CA file.
+func (c *Config) secrets(fromURL *tls.Config) (string, *tls.Config, error) {
 	pw := ""
 	if c.PasswordFile != "" {
 		b, err := os.ReadFile(c.PasswordFile)
@@ -240,13 +240,6 @@ func (c *Config) secrets(fromURL, opt *tls.Config) (string, *tls.Config, error) 
 		}
 		tc.RootCAs = pool
 	}
-	if opt != nil {
-		t := opt.Clone()
-		if t.ServerName == "" {
-			t.ServerName = tc.ServerName
-		}
-		tc = t
-	}
 	return pw, tc, nil
 }
 
@@ -261,26 +254,3 @@ func redactURL(s string) string {
 	}
 	return s
 }
-
-// Option changes how the Gate runs (not what the flags say).
-type Option func(*options)
-
-type options struct {
-	clock      clock.WithTickerAndDelayedExecution
-	log        logr.Logger
-	registerer prometheus.Registerer
-	tls        *tls.Config
-}
-
-// WithClock injects the clock for renewals, re-check timers and backoff.
-func WithClock(c clock.WithTickerAndDelayedExecution) Option { return func(o *options) { o.clock = c } }
-
-// WithLogger sets the logger; the default discards.
-func WithLogger(l logr.Logger) Option { return func(o *options) { o.log = l } }
-
-// WithRegisterer registers the state metrics (tiergate_state_*) there.
-func WithRegisterer(r prometheus.Registerer) Option { return func(o *options) { o.registerer = r } }
-
-// WithTLSConfig sets the TLS configuration of a rediss:// connection (for
-// example a private CA). ServerName defaults to the URL's host.
-func WithTLSConfig(t *tls.Config) Option { return func(o *options) { o.tls = t } }
