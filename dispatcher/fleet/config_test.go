@@ -80,8 +80,8 @@ func TestConfigRefusals(t *testing.T) {
 				_ = g.Close()
 				t.Fatal("New succeeded")
 			}
-			if !errors.Is(err, ErrInvalidConfig) {
-				t.Errorf("error %v is not ErrInvalidConfig", err)
+			if !errors.Is(err, errInvalidConfig) {
+				t.Errorf("error %v is not errInvalidConfig", err)
 			}
 			if diff := cmp.Diff(tc.want, err.Error()); diff != "" {
 				t.Errorf("error (-want +got):\n%s", diff)
@@ -148,7 +148,7 @@ func TestConfigDefaultsAndOptions(t *testing.T) {
 }
 
 func TestIsLocal(t *testing.T) {
-	for in, want := range map[string]bool{"": true, "local": true, "Local": true, "redis://h": false, "rediss://h": false} {
+	for in, want := range map[string]bool{"": true, "local": true, "LOCAL": true, "redis://h": false, "rediss://h": false} {
 		if got := IsLocal(in); got != want {
 			t.Errorf("IsLocal(%q) = %v", in, got)
 		}

@@ -22,11 +22,11 @@ func (g *Redis) Enqueue(tenant, tier string, tierBound, tenantQueueLimit int) (g
 		g.mu.Unlock()
 		return p, nil
 	}
+	ks := g.poolKeys
 	g.calls.Add(1)
 	g.mu.Unlock()
 	defer g.calls.Done()
 
-	ks := keysFor(ls.pool)
 	v, err := g.run(opEnqueue, enqueueScript, []string{ks.tierQueued(tier), ks.tenantQueued(tenant)},
 		ls.member, g.ttlMs, tierBound, tenantQueueLimit)
 	var r []int64
@@ -76,6 +76,7 @@ func (g *Redis) localEnqueueLocked(n gate.Lease, ls *lease, bound, qlimit int) g
 // its claims name (nil for one the ledger does not hold).
 type exchange struct {
 	pool    string
+	keys    keys
 	slots   int
 	returns []*lease
 	claims  []gate.Claim
@@ -87,6 +88,15 @@ type exchange struct {
 // returned leases), made with only the queue's pump waiting on it.
 func (g *Redis) Exchange(slots int, returns []gate.Lease, claims []gate.Claim) {
 	g.mu.Lock()
+	if g.closed {
+		// Close gives back whatever the ledger still holds (or already
+		// has): the returns stay in it for that.
+		g.mu.Unlock()
+		for i := range claims {
+			claims[i].Result = gate.PoolFull
+		}
+		return
+	}
 	x := g.beginExchangeLocked(slots, returns, claims)
 	if !g.remoteLocked() {
 		g.localExchangeLocked(x)
@@ -133,7 +143,7 @@ func (g *Redis) beginExchangeLocked(slots int, returns []gate.Lease, claims []ga
 	if slots > 0 {
 		g.poolSlots = slots
 	}
-	x := &exchange{pool: g.pool, slots: slots, claims: claims, leases: make([]*lease, len(claims))}
+	x := &exchange{pool: g.pool, keys: g.poolKeys, slots: slots, claims: claims, leases: make([]*lease, len(claims))}
 	for _, n := range returns {
 		if ls, ok := g.led.remove(n); ok {
 			x.returns = append(x.returns, ls)
@@ -163,7 +173,7 @@ func (g *Redis) localExchangeLocked(x *exchange) {
 	for i := range x.claims {
 		ls := x.leases[i]
 		switch {
-		case ls == nil || g.closed:
+		case ls == nil:
 			x.claims[i].Result = gate.PoolFull
 		case g.fleet && g.led.total[kindSlot] >= s.slots:
 			x.claims[i].Result = gate.PoolFull
@@ -217,28 +227,31 @@ func (g *Redis) settleLocked(x *exchange, waitMs int64) {
 // pools' keys first, then exchangeScript. It sets the claims' results and
 // returns the script's re-check hint.
 func (g *Redis) remoteExchange(x *exchange) (int64, error) {
-	here := newBatch(keysFor(x.pool).slots())
-	others := map[string]*batch{}
+	ks := x.keys
+	keys := make([]string, 2, 2+2*len(x.returns)+3*len(x.claims))
+	keys[0], keys[1] = ks.slots(), ks.waiting()
+	args := make([]any, 5, 5+len(x.returns)+2*len(x.claims))
+	args[0], args[1], args[2], args[3] = g.ttlMs, x.slots, g.id, ks.freed()
+	var others map[string]*batch
 	for _, ls := range x.returns {
-		b := here
 		if ls.pool != x.pool {
-			if b = others[ls.pool]; b == nil {
-				b = newBatch(keysFor(ls.pool).slots())
-				others[ls.pool] = b
+			if others == nil {
+				others = map[string]*batch{}
 			}
+			if others[ls.pool] == nil {
+				others[ls.pool] = newBatch(keysFor(ls.pool).slots())
+			}
+			others[ls.pool].addLease(ls)
+			continue
 		}
-		b.addLease(ls)
+		a, b := leaseKeys(ks, ls.kind, ls.tenant, ls.tier)
+		keys = append(keys, a, b)
+		args = append(args, ls.member)
 	}
-	for p, b := range others {
-		ks := keysFor(p)
-		if _, err := g.run(opFlush, removeScript, append([]string{ks.waiting()}, b.keys...),
-			append([]any{ks.freed(), g.id, 1}, b.args()...)...); err != nil {
-			return 0, err
-		}
+	args[4] = len(args) - 5
+	if err := g.removeElsewhere(others); err != nil {
+		return 0, err
 	}
-	ks := keysFor(x.pool)
-	keys := append([]string{ks.slots(), ks.waiting()}, here.keys...)
-	args := append([]any{g.ttlMs, x.slots, g.id, ks.freed(), len(here.keys)}, here.args()...)
 	sent := make([]int, 0, len(x.claims)) // the claims the script decides
 	for i, ls := range x.leases {
 		if ls == nil {
@@ -267,6 +280,19 @@ func (g *Redis) remoteExchange(x *exchange) (int64, error) {
 		}
 	}
 	return r[len(sent)], nil
+}
+
+// removeElsewhere removes returned leases held under other pools' keys (the
+// policy moved the dispatcher to another pool since they were taken).
+func (g *Redis) removeElsewhere(byPool map[string]*batch) error {
+	for p, b := range byPool {
+		ks := keysFor(p)
+		if _, err := g.run(opFlush, removeScript, append([]string{ks.waiting()}, b.keys...),
+			append([]any{ks.freed(), g.id, 1}, b.args()...)...); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // armRecheckLocked makes sure the queue asks again within the re-check

@@ -18,7 +18,7 @@ func TestAddFlags(t *testing.T) {
 		ttl, renew time.Duration
 		wantErr    string
 	}{
-		"defaults are local mode": {url: Local},
+		"defaults are local mode": {url: stateLocal},
 		"redis, default timings": {
 			args: []string{"--state=redis://127.0.0.1:1/0"},
 			url:  "redis://127.0.0.1:1/0", ttl: 10 * time.Second, renew: 3 * time.Second,
@@ -46,7 +46,7 @@ func TestAddFlags(t *testing.T) {
 				t.Fatal(err)
 			}
 			if IsLocal(cfg.URL) {
-				if tc.url != Local || cfg.URL != Local {
+				if tc.url != stateLocal || cfg.URL != stateLocal {
 					t.Fatalf("--state %q, want %q", cfg.URL, tc.url)
 				}
 				return

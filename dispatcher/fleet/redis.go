@@ -36,6 +36,7 @@ type Redis struct {
 
 	mu         sync.Mutex
 	pool       string // from the last policy; keys of new leases
+	poolKeys   keys   // keysFor(pool)
 	fleet      bool   // the policy says Redis and names a pool
 	degraded   bool   // Redis unreachable: the local slice applies
 	closed     bool
@@ -186,6 +187,9 @@ func (g *Redis) ObservePolicy(p *policy.Policy) {
 	g.mu.Lock()
 	oldPool, oldFleet := g.pool, g.fleet
 	g.pool, g.fleet, g.poolSlots = p.Pool, fleet, p.Slots
+	if g.poolKeys.tag == "" || p.Pool != oldPool {
+		g.poolKeys = keysFor(p.Pool)
+	}
 	if !fleet && g.degraded {
 		g.degraded = false // degraded means something only in fleet mode
 	}

@@ -65,42 +65,37 @@ return {0, nt + 1}
 // removes the leases the dispatcher gives back, then decides its claims in
 // order, each turning a queued place into a slot with the same member.
 //
-//	KEYS: slots, waiting, then r sets to remove from, then per claim:
+//	KEYS: slots, waiting, then per return: its two sets (slots and
+//	      tenantSlots, or tierQueued and tenantQueued), then per claim:
 //	      tenantSlots, tierQueued, tenantQueued
-//	ARGV: ttlMs, slots, dispatcherID, channel, r, then per removal set: n,
-//	      n members; then per claim: member, tenantLimit
+//	ARGV: ttlMs, slots, dispatcherID, channel, r (returns), then per
+//	      return: member; then per claim: member, tenantLimit
 //	returns {code per claim…, waitMs}: code 0 granted, 1 pool full (so is
 //	every later claim), 2 tenant full; waitMs is how long until the
 //	earliest lease in the full set expires, the latest a re-check is worth
 //	it. A refused dispatcher enters the waiting set for a TTL, so releases
-//	announce themselves to it. When the removals freed more slots than the
+//	announce themselves to it. When the returns freed more slots than the
 //	claims took and another dispatcher is waiting, dispatcherID is
 //	published on channel.
 var exchangeScript = redis.NewScript(luaPrologue + `
 local ttl = tonumber(ARGV[1])
 local limit = tonumber(ARGV[2])
 local r = tonumber(ARGV[5])
-local pos = 6
 local freed = 0
-for i = 3, 2 + r do
-  local n = tonumber(ARGV[pos])
-  pos = pos + 1
-  local s = 0
-  while s < n do
-    local e = math.min(n, s + 500)
-    local x = redis.call('ZREM', KEYS[i], unpack(ARGV, pos + s, pos + e - 1))
-    if KEYS[i] == KEYS[1] then freed = freed + x end
-    s = e
-  end
-  pos = pos + n
+for i = 1, r do
+  local a, b, m = KEYS[1 + 2 * i], KEYS[2 + 2 * i], ARGV[5 + i]
+  local x = redis.call('ZREM', a, m)
+  redis.call('ZREM', b, m)
+  if a == KEYS[1] then freed = freed + x end
 end
 prune(KEYS[1])
 local used = redis.call('ZCARD', KEYS[1])
 local codes = {}
 local granted, full = 0, nil
-local c = (#KEYS - 2 - r) / 3
+local c = (#KEYS - 2 - 2 * r) / 3
+local pos = 6 + r
 for i = 1, c do
-  local k = 2 + r + 3 * (i - 1)
+  local k = 2 + 2 * r + 3 * (i - 1)
   local m, lim = ARGV[pos], tonumber(ARGV[pos + 1])
   pos = pos + 2
   if used >= limit then

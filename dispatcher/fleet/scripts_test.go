@@ -91,18 +91,23 @@ type xclaim struct {
 	limit          int
 }
 
+// xreturn is one lease an exchange gives back: its member and its sets.
+type xreturn struct {
+	member string
+	sets   [2]string
+}
+
 // runExchange runs exchangeScript as the Gate does (tier "free", pool
-// "ns/pool", dispatcher "me"): removals (pairs of set, member) first, then
-// the claims.
-func runExchange(t *testing.T, c *redis.Client, slots int, removals [][2]string, claims []xclaim) []int64 {
+// "ns/pool", dispatcher "me"): removals first, then the claims.
+func runExchange(t *testing.T, c *redis.Client, slots int, removals []xreturn, claims []xclaim) []int64 {
 	t.Helper()
 	ks := keysFor("ns/pool")
-	b := newBatch(ks.slots())
+	keys := []string{ks.slots(), ks.waiting()}
+	args := []any{5000, slots, "me", ks.freed(), len(removals)}
 	for _, r := range removals {
-		b.add(r[0], r[1])
+		keys = append(keys, r.sets[0], r.sets[1])
+		args = append(args, r.member)
 	}
-	keys := append([]string{ks.slots(), ks.waiting()}, b.keys...)
-	args := append([]any{5000, slots, "me", ks.freed(), len(b.keys)}, b.args()...)
 	for _, cl := range claims {
 		keys = append(keys, ks.tenantSlots(cl.tenant), ks.tierQueued("free"), ks.tenantQueued(cl.tenant))
 		args = append(args, cl.member, cl.limit)
@@ -126,7 +131,7 @@ func TestExchangeScript(t *testing.T) {
 	tests := map[string]struct {
 		pool, acme map[string]int64
 		slots      int
-		removals   [][2]string
+		removals   []xreturn
 		claims     []xclaim
 		want       []int64 // codes
 		wantWait   int64   // ms; 0: about far, the seeded leases' expiry
@@ -151,7 +156,7 @@ func TestExchangeScript(t *testing.T) {
 		},
 		"removals land before the claims": {
 			pool: map[string]int64{"x": far}, acme: map[string]int64{"x": far}, slots: 1,
-			removals: [][2]string{{pool, "x"}, {acme, "x"}, {tierQ, "b1"}, {bobQ, "b1"}},
+			removals: []xreturn{{"x", [2]string{pool, acme}}, {"b1", [2]string{tierQ, bobQ}}},
 			claims:   []xclaim{q1}, want: []int64{resOK},
 			wantSets: map[string][]string{pool: {"q1"}, acme: {"q1"}, tierQ: {"q2"}, acmeQ: {"q2"}},
 		},
@@ -238,7 +243,7 @@ func TestExchangeScriptAnnouncesNetFreedSlots(t *testing.T) {
 		if tc.claim {
 			claims = []xclaim{{"q", "acme", 1}}
 		}
-		runExchange(t, c, 1, [][2]string{{ks.slots(), "x"}}, claims)
+		runExchange(t, c, 1, []xreturn{{"x", [2]string{ks.slots(), ks.tenantSlots("acme")}}}, claims)
 		// A PUBLISH after each case orders the channel: the case's own
 		// message, if any, arrives before this marker.
 		c.Publish(context.Background(), ks.freed(), "marker")

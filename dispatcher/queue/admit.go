@@ -30,7 +30,7 @@ func (q *Queue) Admit(tenantID, tierName string) (*Handle, error) {
 	// A free slot means no runnable tenant is waiting, so a tenant under
 	// its cap runs now; the bound limits waiting, not running.
 	if ts := q.tenants[tenantID]; q.inFlight < q.slots && (ts == nil || ts.inFlight < ts.limit) {
-		j := q.newJobLocked(tenantID, tierName, tr, now)
+		j := q.newJobLocked(tenantID, tr, now)
 		j.h.state = stDispatched
 		q.startJob(j, now)
 		return j.h, nil
@@ -38,7 +38,7 @@ func (q *Queue) Admit(tenantID, tierName string) (*Handle, error) {
 	if err := q.boundsLocked(tr, tenantID, now); err != nil {
 		return nil, err
 	}
-	h := q.enqueueLocked(tenantID, tierName, tr, 0, now)
+	h := q.enqueueLocked(tenantID, tr, 0, now)
 	q.dispatchLocked(now)
 	return h, nil
 }
@@ -83,7 +83,7 @@ func (q *Queue) admitFleet(tenantID, tierName string) (*Handle, error) {
 	default:
 		return nil, q.refuse(tr, ErrQueueFull, place.QueuedInTier, now)
 	}
-	return q.enqueueLocked(tenantID, tierName, tr, place.Lease, now), nil
+	return q.enqueueLocked(tenantID, tr, place.Lease, now), nil
 }
 
 // admissionLocked is the checks every admission passes first. It returns
@@ -127,10 +127,10 @@ func (q *Queue) boundsLocked(tr *tierState, tenantID string, now int64) error {
 
 // newJobLocked makes the record and handle of an admitted job, counted as
 // admitted; the caller queues or starts it.
-func (q *Queue) newJobLocked(tenantID, tierName string, tr *tierState, now int64) *job {
+func (q *Queue) newJobLocked(tenantID string, tr *tierState, now int64) *job {
 	ts := q.getTenant(tenantID, tr)
 	j := q.newJob()
-	j.h = &Handle{q: q, j: j, tenant: tenantID, tier: tierName}
+	j.h = &Handle{q: q, j: j}
 	j.ts, j.tr, j.enq, j.seq = ts, tr, now, q.seq
 	q.seq++
 	q.totals.Admitted++
@@ -139,8 +139,8 @@ func (q *Queue) newJobLocked(tenantID, tierName string, tr *tierState, now int64
 
 // enqueueLocked admits a job into the queue: the tail of its tenant's FIFO
 // and of its tier's arrival list.
-func (q *Queue) enqueueLocked(tenantID, tierName string, tr *tierState, lease gate.Lease, now int64) *Handle {
-	j := q.newJobLocked(tenantID, tierName, tr, now)
+func (q *Queue) enqueueLocked(tenantID string, tr *tierState, lease gate.Lease, now int64) *Handle {
+	j := q.newJobLocked(tenantID, tr, now)
 	ts := j.ts
 	j.key = q.keyFor(tr, now)
 	j.lease = lease
@@ -149,7 +149,6 @@ func (q *Queue) enqueueLocked(tenantID, tierName string, tr *tierState, lease ga
 	ts.queued++
 	tr.queued++
 	q.queued++
-	j.h.position = tr.queued
 	q.fixTenant(ts)
 	q.armTimer(now)
 	return j.h

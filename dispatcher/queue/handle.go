@@ -20,11 +20,8 @@ const (
 // safe for concurrent use. It stays valid for ever; the queue's internal job
 // record behind it is recycled once the handle can no longer reach it.
 type Handle struct {
-	q        *Queue
-	j        *job // nil once the job record has been recycled
-	tenant   string
-	tier     string
-	position int
+	q *Queue
+	j *job // nil once the job record has been recycled
 
 	// guarded by q.mu
 	state  uint8
@@ -120,13 +117,3 @@ func (h *Handle) Waited() time.Duration {
 	defer h.q.mu.Unlock()
 	return h.waited
 }
-
-// Position is the job's 1-based position in its tier when it was admitted;
-// 0 if it was dispatched at once without queueing.
-func (h *Handle) Position() int { return h.position }
-
-// Tenant is the tenant the job was admitted for.
-func (h *Handle) Tenant() string { return h.tenant }
-
-// Tier is the tier the job was admitted to.
-func (h *Handle) Tier() string { return h.tier }
