@@ -1,5 +1,5 @@
 // Package testutil is the plumbing the process-level suites under test/
-// (and test helpers such as dispatcher/state/redistest) share: building the
+// (and test helpers such as internal/redistest) share: building the
 // binaries under test, running child processes with their output captured
 // and stopping them with SIGTERM then SIGKILL, waiting on what a process
 // writes, starting a simserver or a dispatcher (with a policy and an admin

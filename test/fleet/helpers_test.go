@@ -11,7 +11,7 @@ import (
 
 	tgdispatcher "github.com/tiergate/tiergate/dispatcher"
 	"github.com/tiergate/tiergate/dispatcher/policy"
-	"github.com/tiergate/tiergate/dispatcher/state/redistest"
+	"github.com/tiergate/tiergate/internal/redistest"
 	"github.com/tiergate/tiergate/internal/testutil"
 )
 

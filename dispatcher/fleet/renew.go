@@ -1,12 +1,10 @@
-package state
+package fleet
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"sort"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/tiergate/tiergate/dispatcher/queue/gate"
 )
 
 // batch is one pool's leases grouped by the sorted set that holds them;
@@ -37,6 +35,13 @@ func (b *batch) add(key, member string) {
 	b.members[i] = append(b.members[i], member)
 }
 
+// addLease adds both sets that hold ls.
+func (b *batch) addLease(ls *lease) {
+	x, y := leaseKeys(keysFor(ls.pool), ls.kind, ls.tenant, ls.tier)
+	b.add(x, ls.member)
+	b.add(y, ls.member)
+}
+
 // args is the per-key "n, members…" tail of the remove and renew scripts.
 func (b *batch) args() []any {
 	var a []any
@@ -57,25 +62,16 @@ func leaseKeys(ks keys, k kind, tenant, tier string) (string, string) {
 }
 
 // batchesLocked groups every held lease by pool and set. The pool slot
-// set, when present, is first.
+// set is first.
 func (g *Redis) batchesLocked() map[string]*batch {
 	out := map[string]*batch{}
-	get := func(pool string) *batch {
-		b := out[pool]
+	for _, ls := range g.led.leases {
+		b := out[ls.pool]
 		if b == nil {
-			b = newBatch(keysFor(pool).slots()) // first, so removals announce
-			out[pool] = b
+			b = newBatch(keysFor(ls.pool).slots()) // first, so removals announce
+			out[ls.pool] = b
 		}
-		return b
-	}
-	for _, k := range []kind{kindSlot, kindQueued} {
-		for tt, ls := range g.led.leases[k] {
-			for _, l := range ls {
-				a, b := leaseKeys(keysFor(l.pool), k, tt.tenant, tt.tier)
-				get(l.pool).add(a, l.id)
-				get(l.pool).add(b, l.id)
-			}
-		}
+		b.addLease(ls)
 	}
 	return out
 }
@@ -95,90 +91,42 @@ func (g *Redis) renewLoop() {
 	}
 }
 
+// renewal is one renewal's snapshot of what the dispatcher holds.
+type renewal struct {
+	pool        string
+	wasDegraded bool
+	batches     map[string]*batch
+	held        map[string]heldLease // by member, as it was in the batch
+	pending     []pendingRemoval
+}
+
+type heldLease struct {
+	n    gate.Lease
+	ls   *lease
+	kind kind
+	pool string
+}
+
 // renew extends every lease this dispatcher holds in one round trip per
 // pool (normally one), registers it as alive and learns the fleet's size.
 // After an outage it first replays the removals Redis missed, then writes
 // back every lease it holds: that is the reconciliation, and fleet mode
 // resumes.
 func (g *Redis) renew() {
-	g.mu.Lock()
-	if !g.fleet {
-		g.mu.Unlock()
+	rn, ok := g.prepareRenewal()
+	if !ok {
 		return
 	}
-	wasDegraded := g.degraded
-	pool := g.pool
-	batches := g.batchesLocked()
-	if _, ok := batches[pool]; !ok {
-		batches[pool] = &batch{}
-	}
-	pending := g.takePendingLocked()
-	g.mu.Unlock()
-
-	if err := g.flush(pending); err != nil {
-		g.failRenew(opFlush, err, pending)
+	if err := g.flush(rn.pending); err != nil {
+		g.failRenew(opFlush, err, rn.pending)
 		return
 	}
-	restore := 0
-	if wasDegraded {
-		restore = 1
+	alive, missing, err := g.renewBatches(rn)
+	if err != nil {
+		g.failRenew(opRenew, err, nil)
+		return
 	}
-	var alive []string
-	var missing []missingLease
-	for p, b := range batches {
-		ks := keysFor(p)
-		id := ""
-		if p == pool {
-			id = g.id
-		}
-		v, err := g.run(opRenew, renewScript, append([]string{ks.dispatchers()}, b.keys...),
-			append([]any{g.ttlMs, id, restore}, b.args()...)...)
-		if err != nil {
-			g.failRenew(opRenew, err, nil)
-			return
-		}
-		a, ms, err := parseRenew(v, b)
-		if err != nil {
-			g.failRenew(opRenew, err, nil)
-			return
-		}
-		if p == pool {
-			alive = a
-		}
-		for i := range ms {
-			ms[i].pool = p
-		}
-		missing = append(missing, ms...)
-	}
-
-	g.mu.Lock()
-	g.alive, g.rank = len(alive), rankOf(alive, g.id)
-	if g.alive == 0 || g.rank == g.alive {
-		g.alive++ // not listed (yet): count itself
-	}
-	// Missing leases still held were lost by Redis (a restart, or a renewal
-	// later than the TTL): write them back. Released ones stay gone.
-	lost := map[string]*batch{}
-	restored := map[string]bool{}
-	for _, m := range missing {
-		if !g.led.holds(m.member) {
-			continue
-		}
-		restored[m.member] = true
-		if wasDegraded {
-			continue // already written back by restore=1
-		}
-		if lost[m.pool] == nil {
-			lost[m.pool] = &batch{}
-		}
-		lost[m.pool].add(m.key, m.member)
-	}
-	resumed := wasDegraded && g.degraded
-	if resumed {
-		g.degraded = false
-	}
-	g.mu.Unlock()
-
+	lost, restored, resumed := g.reconcile(rn, alive, missing)
 	for p, b := range lost {
 		if _, err := g.run(opRenew, renewScript, append([]string{keysFor(p).dispatchers()}, b.keys...),
 			append([]any{g.ttlMs, "", 1}, b.args()...)...); err != nil {
@@ -186,13 +134,98 @@ func (g *Redis) renew() {
 			return
 		}
 	}
-	n := len(restored)
-	g.m.restored.Add(float64(n))
+	g.m.restored.Add(float64(restored))
 	if resumed {
-		g.log.Info("Redis reachable again: fleet mode resumed", "pool", pool, "dispatchers", len(alive), "leasesWrittenBack", n)
+		g.log.Info("Redis reachable again: fleet mode resumed", "pool", rn.pool, "dispatchers", len(alive), "leasesWrittenBack", restored)
 		g.signal(wakeTransition)
 		g.renewSoon() // leases taken during the last round trip
 	}
+}
+
+func (g *Redis) prepareRenewal() (*renewal, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.fleet {
+		return nil, false
+	}
+	rn := &renewal{pool: g.pool, wasDegraded: g.degraded, batches: g.batchesLocked(), held: map[string]heldLease{}}
+	if _, ok := rn.batches[rn.pool]; !ok {
+		rn.batches[rn.pool] = &batch{}
+	}
+	for n, ls := range g.led.leases {
+		rn.held[ls.member] = heldLease{n: n, ls: ls, kind: ls.kind, pool: ls.pool}
+	}
+	rn.pending = g.takePendingLocked()
+	return rn, true
+}
+
+// renewBatches runs renewScript for each pool: the dispatchers alive in
+// the current pool, and the leases Redis did not have.
+func (g *Redis) renewBatches(rn *renewal) ([]string, []missingLease, error) {
+	restore := 0
+	if rn.wasDegraded {
+		restore = 1
+	}
+	var alive []string
+	var missing []missingLease
+	for p, b := range rn.batches {
+		ks := keysFor(p)
+		id := ""
+		if p == rn.pool {
+			id = g.id
+		}
+		v, err := g.run(opRenew, renewScript, append([]string{ks.dispatchers()}, b.keys...),
+			append([]any{g.ttlMs, id, restore}, b.args()...)...)
+		if err != nil {
+			return nil, nil, err
+		}
+		a, ms, err := parseRenew(v, b)
+		if err != nil {
+			return nil, nil, err
+		}
+		if p == rn.pool {
+			alive = a
+		}
+		for i := range ms {
+			ms[i].pool = p
+		}
+		missing = append(missing, ms...)
+	}
+	return alive, missing, nil
+}
+
+// reconcile learns the fleet's size and finds the leases still held that
+// Redis lost (a restart, or a renewal later than the TTL): those are
+// written back. Released ones stay gone, and so does a queued place an
+// exchange is turning into a slot.
+func (g *Redis) reconcile(rn *renewal, alive []string, missing []missingLease) (map[string]*batch, int, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.alive, g.rank = len(alive), rankOf(alive, g.id)
+	if g.alive == 0 || g.rank == g.alive {
+		g.alive++ // not listed (yet): count itself
+	}
+	lost := map[string]*batch{}
+	restored := map[string]bool{}
+	for _, m := range missing {
+		h, ok := rn.held[m.member]
+		if !ok || g.led.leases[h.n] != h.ls || h.ls.kind != h.kind || h.ls.pool != h.pool || h.ls.claiming {
+			continue
+		}
+		restored[m.member] = true
+		if rn.wasDegraded {
+			continue // already written back by restore=1
+		}
+		if lost[m.pool] == nil {
+			lost[m.pool] = &batch{}
+		}
+		lost[m.pool].add(m.key, m.member)
+	}
+	resumed := rn.wasDegraded && g.degraded
+	if resumed {
+		g.degraded = false
+	}
+	return lost, len(restored), resumed
 }
 
 // failRenew degrades (once) and keeps the removals for the next try.
@@ -226,15 +259,14 @@ func (g *Redis) flush(pending []pendingRemoval) error {
 		return nil
 	}
 	byPool := map[string]*batch{}
-	for _, p := range pending {
-		b := byPool[p.lease.pool]
+	for i := range pending {
+		ls := &pending[i].lease
+		b := byPool[ls.pool]
 		if b == nil {
-			b = newBatch(keysFor(p.lease.pool).slots())
-			byPool[p.lease.pool] = b
+			b = newBatch(keysFor(ls.pool).slots())
+			byPool[ls.pool] = b
 		}
-		x, y := leaseKeys(keysFor(p.lease.pool), p.kind, p.tenant, p.tier)
-		b.add(x, p.lease.id)
-		b.add(y, p.lease.id)
+		b.addLease(ls)
 	}
 	for p, b := range byPool {
 		ks := keysFor(p)
@@ -292,102 +324,4 @@ func rankOf(ids []string, id string) int {
 		}
 	}
 	return len(s)
-}
-
-// waker calls the queue's Kick for coalesced wake-up signals, outside any
-// Gate or queue lock.
-func (g *Redis) waker() {
-	defer g.wg.Done()
-	for {
-		select {
-		case <-g.stop:
-			return
-		case <-g.wakeCh:
-			g.mu.Lock()
-			w := g.wake
-			g.mu.Unlock()
-			if w != nil {
-				w()
-			}
-		}
-	}
-}
-
-// resubscribe points the subscriber at the current pool's channel.
-func (g *Redis) resubscribe() {
-	g.mu.Lock()
-	ps := g.ps
-	want := ""
-	if g.fleet {
-		want = keysFor(g.pool).freed()
-	}
-	old := g.subscribed
-	if ps == nil || want == old {
-		g.mu.Unlock()
-		return
-	}
-	g.subscribed = want
-	g.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), g.cfg.OpTimeout)
-	defer cancel()
-	if old != "" {
-		_ = ps.Unsubscribe(ctx, old)
-	}
-	if want != "" {
-		// Remembered even if this fails; the subscriber's reconnection
-		// subscribes again.
-		_ = ps.Subscribe(ctx, want)
-	}
-}
-
-// subscriber turns "slot freed" messages of other dispatchers into
-// wake-ups. After a reconnection it wakes the queue too, since messages
-// may have been lost meanwhile. Errors back off up to the re-check
-// interval; the re-check timer covers whatever is missed.
-func (g *Redis) subscriber() {
-	defer g.wg.Done()
-	g.mu.Lock()
-	ps := g.ps
-	g.mu.Unlock()
-	backoff := minRecheck
-	for {
-		msg, err := ps.ReceiveTimeout(context.Background(), 2*g.cfg.RecheckInterval)
-		select {
-		case <-g.stop:
-			return
-		default:
-		}
-		if err != nil {
-			if isTimeout(err) {
-				// Quiet channel: a PING proves the connection still works.
-				ctx, cancel := context.WithTimeout(context.Background(), g.cfg.OpTimeout)
-				_ = ps.Ping(ctx)
-				cancel()
-				continue
-			}
-			select {
-			case <-g.stop:
-				return
-			case <-g.clk.After(backoff):
-			}
-			backoff = min(2*backoff, g.cfg.RecheckInterval)
-			continue
-		}
-		backoff = minRecheck
-		switch m := msg.(type) {
-		case *redis.Message:
-			if m.Payload != g.id {
-				g.signal(wakePubSub)
-			}
-		case *redis.Subscription:
-			if m.Kind == "subscribe" {
-				g.signal(wakeResub)
-			}
-		}
-	}
-}
-
-func isTimeout(err error) bool {
-	var te interface{ Timeout() bool }
-	return errors.As(err, &te) && te.Timeout()
 }

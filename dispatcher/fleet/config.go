@@ -1,4 +1,4 @@
-package state
+package fleet
 
 import (
 	"crypto/tls"
@@ -11,31 +11,28 @@ import (
 	"strings"
 	"time"
 
-	"github.com/go-logr/logr"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
-	"k8s.io/utils/clock"
 )
 
-// Local is the --state value of local mode: no shared state, no Gate.
-const Local = "local"
+// stateLocal is the --state value of local mode: no shared state, no Gate.
+const stateLocal = "local"
 
 // Defaults of the flags.
 const (
-	// DefaultLeaseTTL is how long a lease outlives its last renewal: the
+	// defaultLeaseTTL is how long a lease outlives its last renewal: the
 	// longest a crashed dispatcher's capacity stays taken.
-	DefaultLeaseTTL = 10 * time.Second
-	// DefaultRenewInterval is how often a dispatcher renews all its leases
+	defaultLeaseTTL = 10 * time.Second
+	// defaultRenewInterval is how often a dispatcher renews all its leases
 	// in one batch. At most half the TTL, so one late renewal loses nothing.
-	DefaultRenewInterval = 3 * time.Second
-	// DefaultOpTimeout bounds one Redis round trip on the dispatch path.
+	defaultRenewInterval = 3 * time.Second
+	// defaultOpTimeout bounds one Redis round trip on the dispatch path.
 	// Past it the dispatcher falls back to its local slice.
-	DefaultOpTimeout = 250 * time.Millisecond
+	defaultOpTimeout = 250 * time.Millisecond
 )
 
-// ErrInvalidConfig wraps every configuration error.
-var ErrInvalidConfig = errors.New("state: invalid configuration")
+// errInvalidConfig wraps every configuration error.
+var errInvalidConfig = errors.New("fleet: invalid configuration")
 
 // Config is what the dispatcher's flags say about shared state. Start from
 // the zero value (every zero field takes its default) and set what the
@@ -70,21 +67,21 @@ type Config struct {
 
 // IsLocal reports whether a --state value selects local mode.
 func IsLocal(state string) bool {
-	return state == "" || strings.EqualFold(state, Local)
+	return state == "" || strings.EqualFold(state, stateLocal)
 }
 
 func (c *Config) defaults() {
 	if c.LeaseTTL == 0 {
-		c.LeaseTTL = DefaultLeaseTTL
+		c.LeaseTTL = defaultLeaseTTL
 	}
 	if c.RenewInterval == 0 {
-		c.RenewInterval = DefaultRenewInterval
+		c.RenewInterval = defaultRenewInterval
 		if c.RenewInterval > c.LeaseTTL/2 {
 			c.RenewInterval = c.LeaseTTL / 3
 		}
 	}
 	if c.OpTimeout == 0 {
-		c.OpTimeout = DefaultOpTimeout
+		c.OpTimeout = defaultOpTimeout
 	}
 	if c.RecheckInterval == 0 {
 		c.RecheckInterval = c.RenewInterval
@@ -95,29 +92,29 @@ func (c *Config) validate() error {
 	u, err := url.Parse(c.URL)
 	switch {
 	case IsLocal(c.URL):
-		return fmt.Errorf("%w: --state is %q: local mode needs no shared state", ErrInvalidConfig, c.URL)
+		return fmt.Errorf("%w: --state is %q: local mode needs no shared state", errInvalidConfig, c.URL)
 	case err != nil:
-		return fmt.Errorf("%w: --state: %v", ErrInvalidConfig, err)
+		return fmt.Errorf("%w: --state: %v", errInvalidConfig, err)
 	case u.Scheme != "redis" && u.Scheme != "rediss":
-		return fmt.Errorf("%w: --state %q: want %q, redis://host:port/db or rediss://host:port/db", ErrInvalidConfig, redactURL(c.URL), Local)
+		return fmt.Errorf("%w: --state %q: want %q, redis://host:port/db or rediss://host:port/db", errInvalidConfig, redactURL(c.URL), stateLocal)
 	case u.Host == "":
-		return fmt.Errorf("%w: --state %q: no host", ErrInvalidConfig, redactURL(c.URL))
+		return fmt.Errorf("%w: --state %q: no host", errInvalidConfig, redactURL(c.URL))
 	case c.LeaseTTL < 100*time.Millisecond:
-		return fmt.Errorf("%w: --state-lease-ttl %s: want at least 100ms", ErrInvalidConfig, c.LeaseTTL)
+		return fmt.Errorf("%w: --state-lease-ttl %s: want at least 100ms", errInvalidConfig, c.LeaseTTL)
 	case c.RenewInterval <= 0:
-		return fmt.Errorf("%w: --state-renew-interval %s: want more than 0", ErrInvalidConfig, c.RenewInterval)
+		return fmt.Errorf("%w: --state-renew-interval %s: want more than 0", errInvalidConfig, c.RenewInterval)
 	case c.RenewInterval > c.LeaseTTL/2:
-		return fmt.Errorf("%w: --state-renew-interval %s: want at most half of --state-lease-ttl %s", ErrInvalidConfig, c.RenewInterval, c.LeaseTTL)
+		return fmt.Errorf("%w: --state-renew-interval %s: want at most half of --state-lease-ttl %s", errInvalidConfig, c.RenewInterval, c.LeaseTTL)
 	case c.OpTimeout <= 0:
-		return fmt.Errorf("%w: op timeout %s: want more than 0", ErrInvalidConfig, c.OpTimeout)
+		return fmt.Errorf("%w: op timeout %s: want more than 0", errInvalidConfig, c.OpTimeout)
 	case c.RecheckInterval <= 0:
-		return fmt.Errorf("%w: recheck interval %s: want more than 0", ErrInvalidConfig, c.RecheckInterval)
+		return fmt.Errorf("%w: recheck interval %s: want more than 0", errInvalidConfig, c.RecheckInterval)
 	}
 	if c.CAFile != "" && u.Scheme != "rediss" {
-		return fmt.Errorf("%w: --redis-ca-file is set but --state is not rediss://", ErrInvalidConfig)
+		return fmt.Errorf("%w: --redis-ca-file is set but --state is not rediss://", errInvalidConfig)
 	}
 	if _, pw := u.User.Password(); pw && c.PasswordFile != "" {
-		return fmt.Errorf("%w: --state carries a password and --redis-password-file is set: give one", ErrInvalidConfig)
+		return fmt.Errorf("%w: --state carries a password and --redis-password-file is set: give one", errInvalidConfig)
 	}
 	return nil
 }
@@ -148,26 +145,26 @@ func clusterURL(raw string) (bool, string, error) {
 // for one, else a single-node client. Calls on the dispatch path must fail
 // fast rather than stall the queue, so the Gate's timeouts replace go-redis's
 // defaults and retries are off.
-func (c *Config) newClient(tlsCfg *tls.Config) (redis.UniversalClient, error) {
+func (c *Config) newClient() (redis.UniversalClient, error) {
 	cluster, raw, err := clusterURL(c.URL)
 	if err != nil {
-		return nil, fmt.Errorf("%w: --state %q: %v", ErrInvalidConfig, redactURL(c.URL), err)
+		return nil, fmt.Errorf("%w: --state %q: %v", errInvalidConfig, redactURL(c.URL), err)
 	}
 	if !cluster {
-		o, err := c.redisOptions(tlsCfg)
+		o, err := c.redisOptions()
 		if err != nil {
 			return nil, err
 		}
 		return redis.NewClient(o), nil
 	}
 	if u, _ := url.Parse(raw); strings.Trim(u.Path, "/") != "" && strings.Trim(u.Path, "/") != "0" {
-		return nil, fmt.Errorf("%w: --state %q: Redis Cluster has only database 0", ErrInvalidConfig, redactURL(c.URL))
+		return nil, fmt.Errorf("%w: --state %q: Redis Cluster has only database 0", errInvalidConfig, redactURL(c.URL))
 	}
 	o, err := redis.ParseClusterURL(raw)
 	if err != nil {
-		return nil, fmt.Errorf("%w: --state %q: %v", ErrInvalidConfig, redactURL(c.URL), err)
+		return nil, fmt.Errorf("%w: --state %q: %v", errInvalidConfig, redactURL(c.URL), err)
 	}
-	pw, tc, err := c.secrets(o.TLSConfig, tlsCfg)
+	pw, tc, err := c.secrets(o.TLSConfig)
 	if err != nil {
 		return nil, err
 	}
@@ -180,17 +177,17 @@ func (c *Config) newClient(tlsCfg *tls.Config) (redis.UniversalClient, error) {
 	o.MaxRetries = -1
 	o.ContextTimeoutEnabled = true
 	o.DisableIdentity = true
-	o.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+	o.MaintNotificationsConfig = noMaintNotifications()
 	return redis.NewClusterClient(o), nil
 }
 
 // redisOptions are the single-node client's options.
-func (c *Config) redisOptions(tlsCfg *tls.Config) (*redis.Options, error) {
+func (c *Config) redisOptions() (*redis.Options, error) {
 	o, err := redis.ParseURL(c.URL)
 	if err != nil {
-		return nil, fmt.Errorf("%w: --state %q: %v", ErrInvalidConfig, redactURL(c.URL), err)
+		return nil, fmt.Errorf("%w: --state %q: %v", errInvalidConfig, redactURL(c.URL), err)
 	}
-	pw, tc, err := c.secrets(o.TLSConfig, tlsCfg)
+	pw, tc, err := c.secrets(o.TLSConfig)
 	if err != nil {
 		return nil, err
 	}
@@ -198,30 +195,33 @@ func (c *Config) redisOptions(tlsCfg *tls.Config) (*redis.Options, error) {
 		o.Password = pw
 	}
 	o.TLSConfig = tc
-	o.DialTimeout = c.OpTimeout
-	o.DialerRetries = 1
-	o.ReadTimeout = c.OpTimeout
-	o.WriteTimeout = c.OpTimeout
-	o.PoolTimeout = c.OpTimeout
+	o.DialTimeout, o.DialerRetries = c.OpTimeout, 1
+	o.ReadTimeout, o.WriteTimeout, o.PoolTimeout = c.OpTimeout, c.OpTimeout, c.OpTimeout
 	o.MaxRetries = -1
 	o.ContextTimeoutEnabled = true
 	o.DisableIdentity = true
-	o.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+	o.MaintNotificationsConfig = noMaintNotifications()
 	return o, nil
 }
 
-// secrets reads the password file and completes the TLS configuration go-redis
-// derived from the URL (nil for redis://) with the CA file and the option.
-func (c *Config) secrets(fromURL, opt *tls.Config) (string, *tls.Config, error) {
+// noMaintNotifications turns off go-redis's maintenance notifications,
+// which would start goroutines and a handshake the Gate has no use for.
+func noMaintNotifications() *maintnotifications.Config {
+	return &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+}
+
+// secrets reads the password file and completes the TLS configuration
+// go-redis derived from the URL (nil for redis://) with the CA file.
+func (c *Config) secrets(fromURL *tls.Config) (string, *tls.Config, error) {
 	pw := ""
 	if c.PasswordFile != "" {
 		b, err := os.ReadFile(c.PasswordFile)
 		if err != nil {
-			return "", nil, fmt.Errorf("%w: --redis-password-file: %v", ErrInvalidConfig, err)
+			return "", nil, fmt.Errorf("%w: --redis-password-file: %v", errInvalidConfig, err)
 		}
 		pw = strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), "\r")
 		if pw == "" {
-			return "", nil, fmt.Errorf("%w: --redis-password-file %s is empty", ErrInvalidConfig, c.PasswordFile)
+			return "", nil, fmt.Errorf("%w: --redis-password-file %s is empty", errInvalidConfig, c.PasswordFile)
 		}
 	}
 	tc := fromURL
@@ -232,20 +232,13 @@ func (c *Config) secrets(fromURL, opt *tls.Config) (string, *tls.Config, error) 
 	if c.CAFile != "" {
 		pem, err := os.ReadFile(c.CAFile)
 		if err != nil {
-			return "", nil, fmt.Errorf("%w: --redis-ca-file: %v", ErrInvalidConfig, err)
+			return "", nil, fmt.Errorf("%w: --redis-ca-file: %v", errInvalidConfig, err)
 		}
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM(pem) {
-			return "", nil, fmt.Errorf("%w: --redis-ca-file %s holds no PEM certificate", ErrInvalidConfig, c.CAFile)
+			return "", nil, fmt.Errorf("%w: --redis-ca-file %s holds no PEM certificate", errInvalidConfig, c.CAFile)
 		}
 		tc.RootCAs = pool
-	}
-	if opt != nil {
-		t := opt.Clone()
-		if t.ServerName == "" {
-			t.ServerName = tc.ServerName
-		}
-		tc = t
 	}
 	return pw, tc, nil
 }
@@ -261,26 +254,3 @@ func redactURL(s string) string {
 	}
 	return s
 }
-
-// Option changes how the Gate runs (not what the flags say).
-type Option func(*options)
-
-type options struct {
-	clock      clock.WithTickerAndDelayedExecution
-	log        logr.Logger
-	registerer prometheus.Registerer
-	tls        *tls.Config
-}
-
-// WithClock injects the clock for renewals, re-check timers and backoff.
-func WithClock(c clock.WithTickerAndDelayedExecution) Option { return func(o *options) { o.clock = c } }
-
-// WithLogger sets the logger; the default discards.
-func WithLogger(l logr.Logger) Option { return func(o *options) { o.log = l } }
-
-// WithRegisterer registers the state metrics (tiergate_state_*) there.
-func WithRegisterer(r prometheus.Registerer) Option { return func(o *options) { o.registerer = r } }
-
-// WithTLSConfig sets the TLS configuration of a rediss:// connection (for
-// example a private CA). ServerName defaults to the URL's host.
-func WithTLSConfig(t *tls.Config) Option { return func(o *options) { o.tls = t } }

@@ -1,4 +1,4 @@
-package state
+package fleet
 
 import "github.com/redis/go-redis/v9"
 
@@ -37,8 +37,8 @@ end
 const (
 	resOK         = 0
 	resTierFull   = 1 // enqueue: tier bound reached
-	resTenantFull = 2 // enqueue: tenant queue limit; acquire: tenant limit
-	resPoolFull   = 1 // acquire: every slot taken
+	resTenantFull = 2 // enqueue: tenant queue limit; exchange: tenant limit
+	resPoolFull   = 1 // exchange: every slot taken
 )
 
 // enqueueScript reserves a queued place.
@@ -61,44 +61,82 @@ keep(KEYS[2], ttl)
 return {0, nt + 1}
 `)
 
-// acquireScript turns a queued place into an in-flight slot.
+// exchangeScript is one exchange of the queue with the fleet: it first
+// removes the leases the dispatcher gives back, then decides its claims in
+// order, each turning a queued place into a slot with the same member.
 //
-//	KEYS: slots, tenantSlots, tierQueued, tenantQueued, waiting
-//	ARGV: member, ttlMs, slots, tenantLimit, queuedMember ("" for none),
-//	      dispatcherID
-//	returns {code, waitMs}: code 0 granted (the queued member is gone),
-//	1 pool full, 2 tenant full; waitMs is how long until the earliest
-//	lease in the full set expires, the latest a re-check is worth it. A
-//	refused dispatcher enters the waiting set for a TTL, so releases
-//	announce themselves to it.
-var acquireScript = redis.NewScript(luaPrologue + `
-local ttl = tonumber(ARGV[2])
+//	KEYS: slots, waiting, then per return: its two sets (slots and
+//	      tenantSlots, or tierQueued and tenantQueued), then per claim:
+//	      tenantSlots, tierQueued, tenantQueued
+//	ARGV: ttlMs, slots, dispatcherID, channel, r (returns), then per
+//	      return: member; then per claim: member, tenantLimit
+//	returns {code per claim…, waitMs}: code 0 granted, 1 pool full (so is
+//	every later claim), 2 tenant full; waitMs is how long until the
+//	earliest lease in the full set expires, the latest a re-check is worth
+//	it. A refused dispatcher enters the waiting set for a TTL, so releases
+//	announce themselves to it. When the returns freed more slots than the
+//	claims took and another dispatcher is waiting, dispatcherID is
+//	published on channel.
+var exchangeScript = redis.NewScript(luaPrologue + `
+local ttl = tonumber(ARGV[1])
+local limit = tonumber(ARGV[2])
+local r = tonumber(ARGV[5])
+local freed = 0
+for i = 1, r do
+  local a, b, m = KEYS[1 + 2 * i], KEYS[2 + 2 * i], ARGV[5 + i]
+  local x = redis.call('ZREM', a, m)
+  redis.call('ZREM', b, m)
+  if a == KEYS[1] then freed = freed + x end
+end
 prune(KEYS[1])
-prune(KEYS[2])
-local code, full = 0, nil
-if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[3]) then
-  code, full = 1, KEYS[1]
-elseif redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[4]) then
-  code, full = 2, KEYS[2]
+local used = redis.call('ZCARD', KEYS[1])
+local codes = {}
+local granted, full = 0, nil
+local c = (#KEYS - 2 - 2 * r) / 3
+local pos = 6 + r
+for i = 1, c do
+  local k = 2 + 2 * r + 3 * (i - 1)
+  local m, lim = ARGV[pos], tonumber(ARGV[pos + 1])
+  pos = pos + 2
+  if used >= limit then
+    codes[i] = 1
+    full = KEYS[1]
+  else
+    prune(KEYS[k + 1])
+    if redis.call('ZCARD', KEYS[k + 1]) >= lim then
+      codes[i] = 2
+      full = full or KEYS[k + 1]
+    else
+      redis.call('ZADD', KEYS[1], now + ttl, m)
+      redis.call('ZADD', KEYS[k + 1], now + ttl, m)
+      keep(KEYS[k + 1], ttl)
+      redis.call('ZREM', KEYS[k + 2], m)
+      redis.call('ZREM', KEYS[k + 3], m)
+      used = used + 1
+      granted = granted + 1
+      codes[i] = 0
+    end
+  end
 end
-if code ~= 0 then
-  redis.call('ZADD', KEYS[5], now + ttl, ARGV[6])
-  keep(KEYS[5], ttl)
-  return {code, firstExpiry(full)}
+if granted > 0 then keep(KEYS[1], ttl) end
+local wait = 0
+if full then
+  redis.call('ZADD', KEYS[2], now + ttl, ARGV[3])
+  keep(KEYS[2], ttl)
+  wait = firstExpiry(full)
 end
-redis.call('ZADD', KEYS[1], now + ttl, ARGV[1])
-redis.call('ZADD', KEYS[2], now + ttl, ARGV[1])
-keep(KEYS[1], ttl)
-keep(KEYS[2], ttl)
-if ARGV[5] ~= '' then
-  redis.call('ZREM', KEYS[3], ARGV[5])
-  redis.call('ZREM', KEYS[4], ARGV[5])
+if freed > granted then
+  prune(KEYS[2])
+  local others = redis.call('ZCARD', KEYS[2])
+  if redis.call('ZSCORE', KEYS[2], ARGV[3]) then others = others - 1 end
+  if others > 0 then redis.call('PUBLISH', ARGV[4], ARGV[3]) end
 end
-return {0, 0}
+codes[c + 1] = wait
+return codes
 `)
 
-// removeScript ends leases: release (of slots) and dequeue (of queued
-// places), one or many.
+// removeScript ends leases outside an exchange (replayed removals, leases
+// of another pool, leaving the fleet), one or many.
 //
 //	KEYS: waiting, then the sets
 //	ARGV: channel, dispatcherID, announce, then for each set: n, n members

@@ -1,4 +1,4 @@
-package state
+package fleet
 
 import "strings"
 
@@ -7,9 +7,10 @@ import "strings"
 // slot and each script may touch all of them.
 const keyPrefix = "tg:"
 
-// keys names the Redis keys of one pool.
+// keys names the Redis keys of one pool; the fixed ones are made once.
 type keys struct {
-	tag string // "tg:{<escaped pool>}"
+	tag                                      string // "tg:{<escaped pool>}"
+	slotsKey, waitingKey, freedKey, dispsKey string
 }
 
 // tagEscaper keeps braces out of the hash tag: Redis takes the tag from the
@@ -18,11 +19,12 @@ type keys struct {
 var tagEscaper = strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D")
 
 func keysFor(pool string) keys {
-	return keys{tag: keyPrefix + "{" + tagEscaper.Replace(pool) + "}"}
+	tag := keyPrefix + "{" + tagEscaper.Replace(pool) + "}"
+	return keys{tag: tag, slotsKey: tag + ":slots", waitingKey: tag + ":waiting", freedKey: tag + ":freed", dispsKey: tag + ":dispatchers"}
 }
 
 // slots is the pool's in-flight leases (a sorted set scored by expiry).
-func (k keys) slots() string { return k.tag + ":slots" }
+func (k keys) slots() string { return k.slotsKey }
 
 // tenantSlots is one tenant's in-flight leases.
 func (k keys) tenantSlots(tenant string) string { return k.tag + ":slots:tenant:" + tenant }
@@ -34,14 +36,14 @@ func (k keys) tierQueued(tier string) string { return k.tag + ":queued:tier:" + 
 func (k keys) tenantQueued(tenant string) string { return k.tag + ":queued:tenant:" + tenant }
 
 // dispatchers is the live dispatchers of the pool, scored by expiry.
-func (k keys) dispatchers() string { return k.tag + ":dispatchers" }
+func (k keys) dispatchers() string { return k.dispsKey }
 
 // waiting is the dispatchers the fleet refused a slot lately, scored by
 // expiry: releases announce themselves only when it is not empty.
-func (k keys) waiting() string { return k.tag + ":waiting" }
+func (k keys) waiting() string { return k.waitingKey }
 
 // freed is the pub/sub channel a release announces itself on.
-func (k keys) freed() string { return k.tag + ":freed" }
+func (k keys) freed() string { return k.freedKey }
 
 // hashTag returns what Redis Cluster hashes for key: the text between the
 // first '{' and the next '}' when that is non-empty, else the whole key.

@@ -1,16 +1,15 @@
-package state
+package fleet
 
 import "github.com/prometheus/client_golang/prometheus"
 
 // Operation labels of tiergate_state_op_duration_seconds and
 // tiergate_state_errors_total.
 const (
-	opEnqueue = "enqueue"
-	opAcquire = "acquire"
-	opRelease = "release"
-	opDequeue = "dequeue"
-	opRenew   = "renew"
-	opFlush   = "flush" // removals that failed earlier, replayed
+	opEnqueue  = "enqueue"
+	opExchange = "exchange" // returns and claims of the queue's pump
+	opRenew    = "renew"
+	opFlush    = "flush" // removals outside an exchange: replayed, or of another pool
+	opLeave    = "leave"
 )
 
 // Wake-up sources of tiergate_state_wakeups_total.
@@ -26,6 +25,7 @@ type metrics struct {
 	errors   *prometheus.CounterVec
 	wakeups  *prometheus.CounterVec
 	restored prometheus.Counter
+	inflight prometheus.Gauge
 	// degraded, dispatchers and leases are read from the Gate at scrape time.
 	funcs []prometheus.Collector
 }
@@ -49,13 +49,17 @@ func newMetrics(g *Redis) *metrics {
 			Name: "tiergate_state_leases_restored_total",
 			Help: "Leases this dispatcher still held that Redis had lost (outage, restart or a renewal too late) and that it wrote back.",
 		}),
+		inflight: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "tiergate_state_ops_in_flight",
+			Help: "Redis round trips of the fleet state under way now; with a slow Redis they pile up here, not in the queue.",
+		}),
 	}
 	m.funcs = []prometheus.Collector{
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "tiergate_state_degraded",
 			Help: "1 while Redis is unreachable and this dispatcher enforces only its slice of the pool-wide limits.",
 		}, func() float64 {
-			if g.Degraded() {
+			if g.status().Degraded {
 				return 1
 			}
 			return 0
@@ -63,19 +67,19 @@ func newMetrics(g *Redis) *metrics {
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "tiergate_state_dispatchers",
 			Help: "Live dispatchers of the pool as Redis last listed them (the divisor of the degraded slice).",
-		}, func() float64 { return float64(g.Status().FleetSize) }),
+		}, func() float64 { return float64(g.status().FleetSize) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name:        "tiergate_state_leases",
 			Help:        "Leases this dispatcher holds, by kind.",
 			ConstLabels: prometheus.Labels{"kind": "slot"},
-		}, func() float64 { return float64(g.Status().Slots) }),
+		}, func() float64 { return float64(g.status().Slots) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name:        "tiergate_state_leases",
 			Help:        "Leases this dispatcher holds, by kind.",
 			ConstLabels: prometheus.Labels{"kind": "queued"},
-		}, func() float64 { return float64(g.Status().Queued) }),
+		}, func() float64 { return float64(g.status().Queued) }),
 	}
-	for _, op := range []string{opEnqueue, opAcquire, opRelease, opDequeue, opRenew, opFlush} {
+	for _, op := range []string{opEnqueue, opExchange, opRenew, opFlush, opLeave} {
 		m.errors.WithLabelValues(op)
 	}
 	for _, s := range []string{wakePubSub, wakeTimer, wakeTransition, wakeResub} {
@@ -85,7 +89,7 @@ func newMetrics(g *Redis) *metrics {
 }
 
 func (m *metrics) collectors() []prometheus.Collector {
-	return append([]prometheus.Collector{m.ops, m.errors, m.wakeups, m.restored}, m.funcs...)
+	return append([]prometheus.Collector{m.ops, m.errors, m.wakeups, m.restored, m.inflight}, m.funcs...)
 }
 
 func (m *metrics) register(r prometheus.Registerer) error {
@@ -95,4 +99,18 @@ func (m *metrics) register(r prometheus.Registerer) error {
 		}
 	}
 	return nil
+}
+
+// Describe implements prometheus.Collector: the tiergate_state_* metrics.
+func (g *Redis) Describe(ch chan<- *prometheus.Desc) {
+	for _, c := range g.m.collectors() {
+		c.Describe(ch)
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (g *Redis) Collect(ch chan<- prometheus.Metric) {
+	for _, c := range g.m.collectors() {
+		c.Collect(ch)
+	}
 }

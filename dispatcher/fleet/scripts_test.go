@@ -1,4 +1,4 @@
-package state
+package fleet
 
 import (
 	"context"
@@ -12,7 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/tiergate/tiergate/dispatcher/state/redistest"
+	"github.com/tiergate/tiergate/internal/redistest"
 )
 
 // far is an expiry well in the future; gone is one in the past.
@@ -85,88 +85,180 @@ func TestEnqueueScript(t *testing.T) {
 	}
 }
 
-func TestAcquireScript(t *testing.T) {
+// xclaim is one claim of an exchange in a script test.
+type xclaim struct {
+	member, tenant string
+	limit          int
+}
+
+// xreturn is one lease an exchange gives back: its member and its sets.
+type xreturn struct {
+	member string
+	sets   [2]string
+}
+
+// runExchange runs exchangeScript as the Gate does (tier "free", pool
+// "ns/pool", dispatcher "me"): removals first, then the claims.
+func runExchange(t *testing.T, c *redis.Client, slots int, removals []xreturn, claims []xclaim) []int64 {
+	t.Helper()
+	ks := keysFor("ns/pool")
+	keys := []string{ks.slots(), ks.waiting()}
+	args := []any{5000, slots, "me", ks.freed(), len(removals)}
+	for _, r := range removals {
+		keys = append(keys, r.sets[0], r.sets[1])
+		args = append(args, r.member)
+	}
+	for _, cl := range claims {
+		keys = append(keys, ks.tenantSlots(cl.tenant), ks.tierQueued("free"), ks.tenantQueued(cl.tenant))
+		args = append(args, cl.member, cl.limit)
+	}
+	got, err := exchangeScript.Run(context.Background(), c, keys, args...).Int64Slice()
+	if err != nil {
+		t.Fatalf("exchange: %v", err)
+	}
+	return got
+}
+
+func TestExchangeScript(t *testing.T) {
 	s := redistest.Start(t, redistest.Options{})
 	c := rawClient(t, s)
 	ks := keysFor("ns/pool")
-	all := []string{ks.slots(), ks.tenantSlots("acme"), ks.tierQueued("free"), ks.tenantQueued("acme"), ks.waiting()}
+	pool, acme, bob := ks.slots(), ks.tenantSlots("acme"), ks.tenantSlots("bob")
+	tierQ, acmeQ, bobQ := ks.tierQueued("free"), ks.tenantQueued("acme"), ks.tenantQueued("bob")
+	all := []string{pool, acme, bob, tierQ, acmeQ, bobQ, ks.waiting()}
+	q1, q2, b1 := xclaim{"q1", "acme", 1}, xclaim{"q2", "acme", 1}, xclaim{"b1", "bob", 1}
 
 	tests := map[string]struct {
-		pool, tenant         map[string]int64
-		queuedMember         string
-		slots, limit         int
-		wantCode             int64
-		wantPool, wantTenant []string
-		wantQueued           []string // both queued sets
+		pool, acme map[string]int64
+		slots      int
+		removals   []xreturn
+		claims     []xclaim
+		want       []int64 // codes
+		wantWait   int64   // ms; 0: about far, the seeded leases' expiry
+		wantSets   map[string][]string
 	}{
-		"grants and drops the queued place": {
-			queuedMember: "q1", slots: 2, limit: 1,
-			wantCode: resOK, wantPool: []string{"new"}, wantTenant: []string{"new"}, wantQueued: []string{"q2"},
+		"grants in order, each member moving from its queued sets to the slot sets": {
+			slots: 2, claims: []xclaim{q1, b1}, want: []int64{resOK, resOK},
+			wantSets: map[string][]string{pool: {"b1", "q1"}, acme: {"q1"}, bob: {"b1"}, tierQ: {"q2"}, acmeQ: {"q2"}},
 		},
-		"grants with no queued place": {
-			slots: 1, limit: 1,
-			wantCode: resOK, wantPool: []string{"new"}, wantTenant: []string{"new"}, wantQueued: []string{"q1", "q2"},
+		"a full pool refuses this and every later claim": {
+			pool: map[string]int64{"x": far, "y": far}, slots: 2, claims: []xclaim{q1, b1}, want: []int64{resPoolFull, resPoolFull},
+			wantSets: map[string][]string{pool: {"x", "y"}, tierQ: {"b1", "q1", "q2"}, acmeQ: {"q1", "q2"}, bobQ: {"b1"}},
 		},
-		"pool full": {
-			pool:         map[string]int64{"a": far, "b": far},
-			queuedMember: "q1", slots: 2, limit: 5,
-			wantCode: resPoolFull, wantPool: []string{"a", "b"}, wantQueued: []string{"q1", "q2"},
+		"a full tenant is skipped, the next tenant granted": {
+			pool: map[string]int64{"x": far}, acme: map[string]int64{"x": far}, slots: 3,
+			claims: []xclaim{q1, b1}, want: []int64{resTenantFull, resOK},
+			wantSets: map[string][]string{pool: {"b1", "x"}, acme: {"x"}, bob: {"b1"}, tierQ: {"q1", "q2"}, acmeQ: {"q1", "q2"}},
 		},
-		"tenant full": {
-			pool:         map[string]int64{"a": far},
-			tenant:       map[string]int64{"a": far},
-			queuedMember: "q1", slots: 3, limit: 1,
-			wantCode: resTenantFull, wantPool: []string{"a"}, wantTenant: []string{"a"}, wantQueued: []string{"q1", "q2"},
+		"a tenant's second claim meets its first": {
+			slots: 3, claims: []xclaim{q1, q2}, want: []int64{resOK, resTenantFull}, wantWait: 5000,
+			wantSets: map[string][]string{pool: {"q1"}, acme: {"q1"}, tierQ: {"b1", "q2"}, acmeQ: {"q2"}, bobQ: {"b1"}},
 		},
-		"pool is checked before the tenant": {
-			pool:   map[string]int64{"a": far},
-			tenant: map[string]int64{"a": far},
-			slots:  1, limit: 1,
-			wantCode: resPoolFull, wantPool: []string{"a"}, wantTenant: []string{"a"}, wantQueued: []string{"q1", "q2"},
+		"removals land before the claims": {
+			pool: map[string]int64{"x": far}, acme: map[string]int64{"x": far}, slots: 1,
+			removals: []xreturn{{"x", [2]string{pool, acme}}, {"b1", [2]string{tierQ, bobQ}}},
+			claims:   []xclaim{q1}, want: []int64{resOK},
+			wantSets: map[string][]string{pool: {"q1"}, acme: {"q1"}, tierQ: {"q2"}, acmeQ: {"q2"}},
 		},
 		"expired slots come back": {
-			pool:   map[string]int64{"a": gone, "b": gone},
-			tenant: map[string]int64{"a": gone},
-			slots:  2, limit: 1, queuedMember: "q2",
-			wantCode: resOK, wantPool: []string{"new"}, wantTenant: []string{"new"}, wantQueued: []string{"q1"},
+			pool: map[string]int64{"x": gone, "y": gone}, acme: map[string]int64{"x": gone}, slots: 2,
+			claims: []xclaim{q1}, want: []int64{resOK},
+			wantSets: map[string][]string{pool: {"q1"}, acme: {"q1"}, tierQ: {"b1", "q2"}, acmeQ: {"q2"}, bobQ: {"b1"}},
 		},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			ctx := context.Background()
-			c.Del(ctx, all...)
-			seed(t, c, all[0], tc.pool)
-			seed(t, c, all[1], tc.tenant)
-			seed(t, c, all[2], map[string]int64{"q1": far, "q2": far})
-			seed(t, c, all[3], map[string]int64{"q1": far, "q2": far})
-			got, err := acquireScript.Run(ctx, c, all, "new", 5000, tc.slots, tc.limit, tc.queuedMember, "me").Int64Slice()
-			if err != nil {
-				t.Fatalf("acquire: %v", err)
+			c.Del(context.Background(), all...)
+			seed(t, c, pool, tc.pool)
+			seed(t, c, acme, tc.acme)
+			seed(t, c, tierQ, map[string]int64{"q1": far, "q2": far, "b1": far})
+			seed(t, c, acmeQ, map[string]int64{"q1": far, "q2": far})
+			seed(t, c, bobQ, map[string]int64{"b1": far})
+			got := runExchange(t, c, tc.slots, tc.removals, tc.claims)
+			if diff := cmp.Diff(tc.want, got[:len(got)-1]); diff != "" {
+				t.Errorf("codes (-want +got):\n%s", diff)
 			}
-			if got[0] != tc.wantCode {
-				t.Errorf("code = %d, want %d", got[0], tc.wantCode)
+			refused := false
+			for _, code := range tc.want {
+				refused = refused || code != resOK
 			}
-			// A refused dispatcher waits (and hears of releases); a granted
-			// one is not added.
+			// A refused dispatcher waits (and hears of releases) until about
+			// when the earliest lease of the full set expires.
 			wantWaiting := []string{}
-			if tc.wantCode != resOK {
+			if refused {
 				wantWaiting = []string{"me"}
-			}
-			if diff := cmp.Diff(wantWaiting, members(t, c, all[4]), cmpopts.EquateEmpty()); diff != "" {
-				t.Errorf("waiting (-want +got):\n%s", diff)
-			}
-			if tc.wantCode != resOK {
-				// The wait is until the earliest lease of the full set expires.
-				if got[1] <= far-5000 || got[1] > far {
-					t.Errorf("wait = %dms, want about %dms", got[1], far)
+				want := tc.wantWait
+				if want == 0 {
+					want = far
+				}
+				if w := got[len(got)-1]; w <= want-1000 || w > want {
+					t.Errorf("wait = %dms, want about %dms", w, want)
 				}
 			}
-			for i, want := range [][]string{tc.wantPool, tc.wantTenant, tc.wantQueued, tc.wantQueued} {
-				if diff := cmp.Diff(want, members(t, c, all[i]), cmpopts.EquateEmpty()); diff != "" {
-					t.Errorf("%s (-want +got):\n%s", all[i], diff)
+			if diff := cmp.Diff(wantWaiting, members(t, c, ks.waiting()), cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("waiting (-want +got):\n%s", diff)
+			}
+			for _, k := range all[:6] {
+				if diff := cmp.Diff(tc.wantSets[k], members(t, c, k), cmpopts.EquateEmpty()); diff != "" {
+					t.Errorf("%s (-want +got):\n%s", k, diff)
 				}
 			}
 		})
+	}
+}
+
+// TestExchangeScriptAnnouncesNetFreedSlots: an exchange publishes only
+// when its removals freed more slots than its claims took, and only when
+// another dispatcher waits.
+func TestExchangeScriptAnnouncesNetFreedSlots(t *testing.T) {
+	s := redistest.Start(t, redistest.Options{})
+	c := rawClient(t, s)
+	ks := keysFor("ns/pool")
+	sub := c.Subscribe(context.Background(), ks.freed())
+	defer sub.Close()
+	if _, err := sub.Receive(context.Background()); err != nil { // the subscription
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name    string
+		waiting []string
+		claim   bool
+		want    bool
+	}{
+		{"freed, someone else waits", []string{"other"}, false, true},
+		{"freed and taken again at once", []string{"other"}, true, false},
+		{"freed, only this one waits", []string{"me"}, false, false},
+		{"freed, nobody waits", nil, false, false},
+	}
+	for _, tc := range tests {
+		c.Del(context.Background(), ks.slots(), ks.waiting(), ks.tenantSlots("acme"), ks.tierQueued("free"), ks.tenantQueued("acme"))
+		seed(t, c, ks.slots(), map[string]int64{"x": far})
+		seed(t, c, ks.tierQueued("free"), map[string]int64{"q": far})
+		w := map[string]int64{}
+		for _, m := range tc.waiting {
+			w[m] = far
+		}
+		seed(t, c, ks.waiting(), w)
+		var claims []xclaim
+		if tc.claim {
+			claims = []xclaim{{"q", "acme", 1}}
+		}
+		runExchange(t, c, 1, []xreturn{{"x", [2]string{ks.slots(), ks.tenantSlots("acme")}}}, claims)
+		// A PUBLISH after each case orders the channel: the case's own
+		// message, if any, arrives before this marker.
+		c.Publish(context.Background(), ks.freed(), "marker")
+		m, err := sub.ReceiveMessage(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := m.Payload == "me"; got != tc.want {
+			t.Errorf("%s: announced %v, want %v", tc.name, got, tc.want)
+		}
+		if m.Payload == "me" {
+			if m, err = sub.ReceiveMessage(context.Background()); err != nil || m.Payload != "marker" {
+				t.Fatalf("%s: after the announcement got %v, %v", tc.name, m, err)
+			}
+		}
 	}
 }
 
@@ -217,17 +309,22 @@ func TestRemoveScriptAnnouncesFreedSlotsToWaiters(t *testing.T) {
 		if got != tc.want {
 			t.Errorf("%s: removed %d, want %d", tc.name, got, tc.want)
 		}
-		msg, err := sub.ReceiveTimeout(ctx, 100*time.Millisecond)
-		switch m := msg.(type) {
-		case *redis.Message:
-			if !tc.wantPubSub {
-				t.Errorf("%s: unexpected message %q", tc.name, m.Payload)
-			} else if m.Payload != tc.args[1] {
+		// A PUBLISH after each case orders the channel: the case's own
+		// message, if any, arrives before this marker.
+		c.Publish(ctx, ks.freed(), "marker")
+		m, err := sub.ReceiveMessage(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := m.Payload != "marker"; got != tc.wantPubSub {
+			t.Errorf("%s: message %q, want an announcement %v", tc.name, m.Payload, tc.wantPubSub)
+		}
+		if m.Payload != "marker" {
+			if m.Payload != tc.args[1] {
 				t.Errorf("%s: payload %q, want %q", tc.name, m.Payload, tc.args[1])
 			}
-		default:
-			if tc.wantPubSub {
-				t.Errorf("%s: no message (%v, %v)", tc.name, msg, err)
+			if m, err = sub.ReceiveMessage(ctx); err != nil || m.Payload != "marker" {
+				t.Fatalf("%s: after the announcement got %v, %v", tc.name, m, err)
 			}
 		}
 	}

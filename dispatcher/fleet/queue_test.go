@@ -1,4 +1,4 @@
-package state
+package fleet
 
 import (
 	"context"
@@ -8,11 +8,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/utils/clock"
 
 	"github.com/tiergate/tiergate/dispatcher/policy"
 	"github.com/tiergate/tiergate/dispatcher/queue"
-	"github.com/tiergate/tiergate/dispatcher/state/redistest"
+	"github.com/tiergate/tiergate/internal/redistest"
 )
 
 // peak tracks a current and a peak count.
@@ -140,8 +141,103 @@ func TestQueuesShareCapsThroughRedis(t *testing.T) {
 		if st.InFlight != 0 || st.Queued != 0 {
 			t.Errorf("node %d: in flight %d, queued %d", i, st.InFlight, st.Queued)
 		}
-		if gs := n.g.Status(); gs.Slots != 0 || gs.Queued != 0 {
+		if gs := n.g.status(); gs.Slots != 0 || gs.Queued != 0 {
 			t.Errorf("node %d: gate still holds %+v", i, gs)
 		}
 	}
+}
+
+// within fails the test unless f returns within d: a liveness check for
+// calls that must not wait on a stalled Redis (whose calls would wait for
+// the op timeout, far longer).
+func within(t *testing.T, d time.Duration, what string, f func()) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() { defer close(done); f() }()
+	select {
+	case <-done:
+	case <-time.After(d):
+		t.Fatalf("%s did not return within %s: it waits on Redis", what, d)
+	}
+}
+
+// TestStalledRedisStallsNoOneElse freezes a real redis-server (SIGSTOP)
+// under a queue in fleet mode. A release returns at once and its exchange
+// hangs in the pump; an admission's enqueue hangs too, concurrently (two
+// round trips in flight prove nothing serialises them); meanwhile Stats,
+// the metrics, local refusals and other admissions' local checks answer at
+// once. When Redis thaws, everything completes and the counts balance.
+func TestStalledRedisStallsNoOneElse(t *testing.T) {
+	s := redistest.Start(t, redistest.Options{})
+	c := rawClient(t, s)
+	reg := prometheus.NewPedanticRegistry()
+	// An op timeout far beyond the test: Redis stalls, it does not fail.
+	g := newGate(t, s, "d1", Config{LeaseTTL: time.Minute, RenewInterval: 20 * time.Second, OpTimeout: time.Minute}, WithRegisterer(reg))
+	q := queue.New(clock.RealClock{}, queue.WithGate(g))
+	p := fleetPolicy("ns/stall", 2)
+	g.ObservePolicy(p)
+	q.UpdatePolicy(p)
+	g.Start(q.Kick)
+	waitFor(t, 5*time.Second, "the first renewal", func() bool { return histCount(t, g, opRenew) == 1 })
+	a := admitted(t, q, "a")
+	inFlight := func() float64 { return gauge(t, reg, "tiergate_state_ops_in_flight") }
+
+	s.Pause()
+	defer s.Resume()
+	within(t, 2*time.Second, "Release", a.Release)
+	waitFor(t, 5*time.Second, "the pump's exchange stuck in Redis", func() bool { return inFlight() == 1 })
+	var b *queue.Handle
+	admittedB := make(chan error, 1)
+	go func() {
+		var err error
+		b, err = q.Admit("b", "standard")
+		if err == nil {
+			err = b.Wait(context.Background())
+		}
+		admittedB <- err
+	}()
+	waitFor(t, 5*time.Second, "b's enqueue in Redis beside the exchange", func() bool { return inFlight() == 2 })
+	within(t, 2*time.Second, "Stats", func() {
+		if st := q.Stats(); st.InFlight != 0 || st.Queued != 0 {
+			t.Errorf("stats while Redis stalls: %+v", st)
+		}
+	})
+	within(t, 2*time.Second, "a metrics scrape", func() { _, _ = reg.Gather() })
+	within(t, 2*time.Second, "a refusal for an unknown tier", func() {
+		if _, err := q.Admit("c", "nope"); !errors.Is(err, queue.ErrUnknownTier) {
+			t.Errorf("Admit(nope) = %v", err)
+		}
+	})
+
+	s.Resume()
+	select {
+	case err := <-admittedB:
+		if err != nil {
+			t.Fatalf("b after Redis thawed: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("b not dispatched after Redis thawed")
+	}
+	ks := keysFor("ns/stall")
+	if n := live(t, c, ks.tenantSlots("a")); n != 0 {
+		t.Errorf("a's slot still counts: %d", n)
+	}
+	if n := live(t, c, ks.tenantSlots("b")); n != 1 {
+		t.Errorf("b's slots: %d, want 1", n)
+	}
+	b.Release()
+	waitFor(t, 5*time.Second, "b's slot back in Redis", func() bool { return live(t, c, ks.slots()) == 0 })
+}
+
+// admitted admits one request of tenant and waits for its slot.
+func admitted(t *testing.T, q *queue.Queue, tenant string) *queue.Handle {
+	t.Helper()
+	h, err := q.Admit(tenant, "standard")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Wait(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return h
 }

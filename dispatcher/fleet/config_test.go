@@ -1,4 +1,4 @@
-package state
+package fleet
 
 import (
 	"errors"
@@ -22,55 +22,55 @@ func TestConfigRefusals(t *testing.T) {
 	}{
 		"local": {
 			cfg:  Config{URL: "local"},
-			want: `state: invalid configuration: --state is "local": local mode needs no shared state`,
+			want: `fleet: invalid configuration: --state is "local": local mode needs no shared state`,
 		},
 		"other scheme": {
 			cfg:  Config{URL: "memcached://h:1"},
-			want: `state: invalid configuration: --state "memcached://h:1": want "local", redis://host:port/db or rediss://host:port/db`,
+			want: `fleet: invalid configuration: --state "memcached://h:1": want "local", redis://host:port/db or rediss://host:port/db`,
 		},
 		"password redacted": {
 			cfg:  Config{URL: "http://u:secret@h:1"},
-			want: `state: invalid configuration: --state "http://u:xxxxx@h:1": want "local", redis://host:port/db or rediss://host:port/db`,
+			want: `fleet: invalid configuration: --state "http://u:xxxxx@h:1": want "local", redis://host:port/db or rediss://host:port/db`,
 		},
 		"no host": {
 			cfg:  Config{URL: "redis:///0"},
-			want: `state: invalid configuration: --state "redis:///0": no host`,
+			want: `fleet: invalid configuration: --state "redis:///0": no host`,
 		},
 		"bad db": {
 			cfg:  Config{URL: "redis://h:1/x"},
-			want: `state: invalid configuration: --state "redis://h:1/x": redis: invalid database number: "x"`,
+			want: `fleet: invalid configuration: --state "redis://h:1/x": redis: invalid database number: "x"`,
 		},
 		"ttl too short": {
 			cfg:  Config{URL: "redis://h:1", LeaseTTL: 50 * time.Millisecond, RenewInterval: 10 * time.Millisecond},
-			want: `state: invalid configuration: --state-lease-ttl 50ms: want at least 100ms`,
+			want: `fleet: invalid configuration: --state-lease-ttl 50ms: want at least 100ms`,
 		},
 		"renew over half the ttl": {
 			cfg:  Config{URL: "redis://h:1", LeaseTTL: 10 * time.Second, RenewInterval: 6 * time.Second},
-			want: `state: invalid configuration: --state-renew-interval 6s: want at most half of --state-lease-ttl 10s`,
+			want: `fleet: invalid configuration: --state-renew-interval 6s: want at most half of --state-lease-ttl 10s`,
 		},
 		"negative renew": {
 			cfg:  Config{URL: "redis://h:1", RenewInterval: -time.Second},
-			want: `state: invalid configuration: --state-renew-interval -1s: want more than 0`,
+			want: `fleet: invalid configuration: --state-renew-interval -1s: want more than 0`,
 		},
 		"password twice": {
 			cfg:  Config{URL: "redis://:pw@h:1", PasswordFile: empty},
-			want: `state: invalid configuration: --state carries a password and --redis-password-file is set: give one`,
+			want: `fleet: invalid configuration: --state carries a password and --redis-password-file is set: give one`,
 		},
 		"ca file without tls": {
 			cfg:  Config{URL: "redis://h:1", CAFile: empty},
-			want: `state: invalid configuration: --redis-ca-file is set but --state is not rediss://`,
+			want: `fleet: invalid configuration: --redis-ca-file is set but --state is not rediss://`,
 		},
 		"ca file without a certificate": {
 			cfg:  Config{URL: "rediss://h:1", CAFile: empty},
-			want: `state: invalid configuration: --redis-ca-file ` + empty + ` holds no PEM certificate`,
+			want: `fleet: invalid configuration: --redis-ca-file ` + empty + ` holds no PEM certificate`,
 		},
 		"missing password file": {
 			cfg:  Config{URL: "redis://h:1", PasswordFile: filepath.Join(dir, "nope")},
-			want: `state: invalid configuration: --redis-password-file: open ` + filepath.Join(dir, "nope") + `: no such file or directory`,
+			want: `fleet: invalid configuration: --redis-password-file: open ` + filepath.Join(dir, "nope") + `: no such file or directory`,
 		},
 		"empty password file": {
 			cfg:  Config{URL: "redis://h:1", PasswordFile: empty},
-			want: `state: invalid configuration: --redis-password-file ` + empty + ` is empty`,
+			want: `fleet: invalid configuration: --redis-password-file ` + empty + ` is empty`,
 		},
 	}
 	for name, tc := range tests {
@@ -80,8 +80,8 @@ func TestConfigRefusals(t *testing.T) {
 				_ = g.Close()
 				t.Fatal("New succeeded")
 			}
-			if !errors.Is(err, ErrInvalidConfig) {
-				t.Errorf("error %v is not ErrInvalidConfig", err)
+			if !errors.Is(err, errInvalidConfig) {
+				t.Errorf("error %v is not errInvalidConfig", err)
 			}
 			if diff := cmp.Diff(tc.want, err.Error()); diff != "" {
 				t.Errorf("error (-want +got):\n%s", diff)
@@ -129,7 +129,7 @@ func TestConfigDefaultsAndOptions(t *testing.T) {
 			if diff := cmp.Diff([4]time.Duration{tc.ttl, tc.renew, tc.recheck, tc.timeout}, got); diff != "" {
 				t.Errorf("durations (-want +got):\n%s", diff)
 			}
-			o, err := cfg.redisOptions(nil)
+			o, err := cfg.redisOptions()
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -148,7 +148,7 @@ func TestConfigDefaultsAndOptions(t *testing.T) {
 }
 
 func TestIsLocal(t *testing.T) {
-	for in, want := range map[string]bool{"": true, "local": true, "Local": true, "redis://h": false, "rediss://h": false} {
+	for in, want := range map[string]bool{"": true, "local": true, "LOCAL": true, "redis://h": false, "rediss://h": false} {
 		if got := IsLocal(in); got != want {
 			t.Errorf("IsLocal(%q) = %v", in, got)
 		}

@@ -1,4 +1,4 @@
-package state
+package fleet
 
 import (
 	"context"
@@ -11,10 +11,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/redis/go-redis/v9"
+	"k8s.io/utils/clock"
 
 	"github.com/tiergate/tiergate/dispatcher/policy"
-	"github.com/tiergate/tiergate/dispatcher/state/redistest"
+	"github.com/tiergate/tiergate/dispatcher/queue/gate"
+	"github.com/tiergate/tiergate/internal/redistest"
+	"github.com/tiergate/tiergate/internal/testutil"
 )
 
 // rawClient is a plain client for seeding and inspecting Redis.
@@ -111,18 +115,86 @@ func newGate(t *testing.T, s *redistest.Server, id string, cfg Config, opts ...O
 	return g
 }
 
-// waitFor polls cond (a real-time condition: Redis expiry, a process) until
-// it holds or the deadline passes.
+// waitFor waits for a real-time condition (Redis expiry, a process).
 func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
+	testutil.EventuallyTrue(t, d, what, cond)
+}
+
+// withClock injects the clock for renewals, re-check timers and backoff.
+func withClock(c clock.WithTickerAndDelayedExecution) Option { return func(o *options) { o.clock = c } }
+
+// crash stops g as a killed process stops: no renewal, no goodbye. Its
+// leases stay in Redis until they expire.
+func crash(g *Redis) {
+	g.closeOnce.Do(func() {
+		g.mu.Lock()
+		g.closed = true
+		ps := g.ps
+		g.mu.Unlock()
+		close(g.stop)
+		if ps != nil {
+			_ = ps.Close()
 		}
-		time.Sleep(5 * time.Millisecond)
+		g.wg.Wait()
+		_ = g.client.Close()
+	})
+}
+
+// leases is a script of Gate calls: enqueue, claim and return by label,
+// each checked against what it must answer.
+type leases struct {
+	t      *testing.T
+	gates  []*Redis
+	byName map[string]gate.Lease
+	owner  map[string]int
+}
+
+func newLeases(t *testing.T, gates ...*Redis) *leases {
+	return &leases{t: t, gates: gates, byName: map[string]gate.Lease{}, owner: map[string]int{}}
+}
+
+// enqueue asks gate d for a place of tenant (tier "standard") and names
+// the lease; want is the result and n the tier count it reports.
+func (l *leases) enqueue(d int, name, tenant string, bound, qlimit int, want gate.Result, n int) {
+	l.t.Helper()
+	p, err := l.gates[d].Enqueue(tenant, "standard", bound, qlimit)
+	if err != nil {
+		l.t.Fatalf("enqueue %s on d%d: %v", name, d, err)
+	}
+	if p.Result != want || p.QueuedInTier != n {
+		l.t.Fatalf("enqueue %s on d%d: %+v, want %v with %d queued", name, d, p, want, n)
+	}
+	if want == gate.OK {
+		l.byName[name], l.owner[name] = p.Lease, d
 	}
 }
+
+// claim asks for slots for the named leases, in order, on their gate.
+func (l *leases) claim(slots, limit int, want []gate.Result, names ...string) {
+	l.t.Helper()
+	cs := make([]gate.Claim, len(names))
+	for i, n := range names {
+		cs[i] = gate.Claim{Lease: l.byName[n], TenantLimit: limit}
+	}
+	l.gates[l.owner[names[0]]].Exchange(slots, nil, cs)
+	got := make([]gate.Result, len(cs))
+	for i, c := range cs {
+		got[i] = c.Result
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		l.t.Fatalf("claims %v (-want +got):\n%s", names, diff)
+	}
+}
+
+// give returns the named leases on their gate.
+func (l *leases) give(names ...string) {
+	for _, n := range names {
+		l.gates[l.owner[n]].Exchange(0, []gate.Lease{l.byName[n]}, nil)
+	}
+}
+
+func results(rs ...gate.Result) []gate.Result { return rs }
 
 // counter is a wake function that counts its calls.
 type counter struct{ n atomic.Int64 }

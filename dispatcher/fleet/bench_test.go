@@ -1,4 +1,4 @@
-package state
+package fleet
 
 import (
 	"context"
@@ -8,14 +8,15 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/tiergate/tiergate/dispatcher/queue"
-	"github.com/tiergate/tiergate/dispatcher/state/redistest"
+	"github.com/tiergate/tiergate/internal/redistest"
 )
 
 // BenchmarkAdmitRelease measures one request's way through the queue with
 // a free slot: Admit, Wait, Release. "local" is local mode (no Gate);
 // "redis" is fleet mode against a real redis-server on loopback, which adds
-// three EVALSHA round trips (enqueue, acquire, release). The difference is
-// fleet mode's admission and release overhead per request.
+// the EVALSHA round trips of the enqueue and of the pump's exchanges (the
+// claim, then the release, which a later claim may carry). The difference
+// is fleet mode's admission and release overhead per request.
 func BenchmarkAdmitRelease(b *testing.B) {
 	for _, mode := range []string{"local", "redis"} {
 		b.Run(mode, func(b *testing.B) {
@@ -99,12 +100,12 @@ func benchQueue(b *testing.B, mode string) *queue.Queue {
 }
 
 // BenchmarkRedisRoundTrip is one bare PING through the Gate's client
-// settings: the floor under each of fleet mode's three round trips.
+// settings: the floor under each of fleet mode's round trips.
 func BenchmarkRedisRoundTrip(b *testing.B) {
 	s := redistest.Start(b, redistest.Options{})
 	cfg := Config{URL: s.URL(0), OpTimeout: 5 * time.Second}
 	cfg.defaults()
-	c, err := cfg.newClient(nil)
+	c, err := cfg.newClient()
 	if err != nil {
 		b.Fatal(err)
 	}
