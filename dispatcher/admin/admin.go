@@ -31,14 +31,15 @@ type Dispatcher interface {
 	Ready() (bool, string)
 }
 
-// DefaultMaxPolicyBytes bounds a pushed policy.
-const DefaultMaxPolicyBytes = 8 << 20
+// defaultMaxPolicyBytes bounds a pushed policy.
+const defaultMaxPolicyBytes = 8 << 20
 
 // Config of the admin handler.
 type Config struct {
 	// Token is the bearer token; empty disables the /v1 endpoints.
-	Token          []byte
-	Gatherer       prometheus.Gatherer
+	Token    []byte
+	Gatherer prometheus.Gatherer
+	// MaxPolicyBytes bounds a pushed policy; 0 is 8 MiB.
 	MaxPolicyBytes int64
 	Log            logr.Logger
 }
@@ -52,7 +53,7 @@ type handler struct {
 // New returns the admin port's handler.
 func New(cfg Config, d Dispatcher) (http.Handler, error) {
 	if cfg.MaxPolicyBytes == 0 {
-		cfg.MaxPolicyBytes = DefaultMaxPolicyBytes
+		cfg.MaxPolicyBytes = defaultMaxPolicyBytes
 	}
 	if cfg.MaxPolicyBytes < 0 {
 		return nil, fmt.Errorf("admin: MaxPolicyBytes must be > 0, got %d", cfg.MaxPolicyBytes)

@@ -13,9 +13,9 @@ import (
 	"github.com/tiergate/tiergate/dispatcher/queue"
 )
 
-// statusOf is the HTTP status of each refusal cause (queue.Causes); this
+// statuses is the HTTP status of each refusal cause (queue.Causes); this
 // table is the only place that decides it.
-var statusOf = map[string]int{
+var statuses = map[string]int{
 	queue.CauseCapacity:        http.StatusTooManyRequests,
 	queue.CauseTenantLimit:     http.StatusTooManyRequests,
 	queue.CauseUnauthenticated: http.StatusUnauthorized,
@@ -29,10 +29,10 @@ var statusOf = map[string]int{
 	queue.CauseBackendError:    http.StatusBadGateway,
 }
 
-// Status is the HTTP status of a cause; 500 for one that statusOf lacks,
+// statusOf is the HTTP status of a cause; 500 for one that statuses lacks,
 // which TestEveryCauseHasAStatus rules out.
-func Status(cause string) int {
-	if s, ok := statusOf[cause]; ok {
+func statusOf(cause string) int {
+	if s, ok := statuses[cause]; ok {
 		return s
 	}
 	return http.StatusInternalServerError
@@ -64,7 +64,7 @@ type Error struct {
 func (e *Error) Error() string { return e.Cause + ": " + e.Message }
 
 func newError(cause, tier, msg string) *Error {
-	return &Error{Status: Status(cause), Cause: cause, Tier: tier, Message: msg}
+	return &Error{Status: statusOf(cause), Cause: cause, Tier: tier, Message: msg}
 }
 
 // body is the JSON shape; every field is always present so clients can
@@ -130,7 +130,7 @@ func FromQueue(err error, tenant, tier string, tierWait, clientTimeout time.Dura
 	case errors.As(err, &ref):
 		return fromRefusal(ref, tenant, tier)
 	case errors.Is(err, queue.ErrUnknownTier):
-		return UnknownTenant(tenant)
+		return unknownTenant(tenant)
 	case errors.Is(err, queue.ErrNoPolicy):
 		return NoPolicy()
 	case errors.Is(err, queue.ErrNoCapacity):
@@ -169,15 +169,15 @@ func fromRefusal(ref *queue.Refusal, tenant, tier string) *Error {
 func FromIdentity(err error) *Error {
 	var ie *identity.Error
 	if !errors.As(err, &ie) {
-		return Unauthenticated(err.Error())
+		return unauthenticated(err.Error())
 	}
 	switch {
 	case errors.Is(ie.Kind, identity.ErrUnknownTenant):
-		return UnknownTenant(ie.Tenant)
+		return unknownTenant(ie.Tenant)
 	case errors.Is(ie.Kind, identity.ErrMalformed):
 		return BadRequest(ie.Reason)
 	default:
-		return Unauthenticated(ie.Reason)
+		return unauthenticated(ie.Reason)
 	}
 }
 
@@ -202,12 +202,12 @@ func Draining() *Error {
 	return e
 }
 
-// Unauthenticated is the 401 for a missing or unknown credential.
-func Unauthenticated(msg string) *Error { return newError(queue.CauseUnauthenticated, "", msg) }
+// unauthenticated is the 401 for a missing or unknown credential.
+func unauthenticated(msg string) *Error { return newError(queue.CauseUnauthenticated, "", msg) }
 
-// UnknownTenant is the 403 for a tenant the policy does not know when the
+// unknownTenant is the 403 for a tenant the policy does not know when the
 // pool has no default tier.
-func UnknownTenant(tenant string) *Error {
+func unknownTenant(tenant string) *Error {
 	return newError(queue.CauseUnknownTenant, "", fmt.Sprintf("tenant %q is not known and the pool has no default tier", tenant))
 }
 

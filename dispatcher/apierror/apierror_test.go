@@ -84,15 +84,15 @@ func TestEveryCauseHasAStatus(t *testing.T) {
 	}
 	got := map[string]int{}
 	for _, c := range queue.Causes() {
-		got[c] = Status(c)
+		got[c] = statusOf(c)
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("(-want +got)\n%s", diff)
 	}
-	if diff := cmp.Diff(want, statusOf); diff != "" {
-		t.Errorf("statusOf has causes queue.Causes lacks (-want +got)\n%s", diff)
+	if diff := cmp.Diff(want, statuses); diff != "" {
+		t.Errorf("statuses has causes queue.Causes lacks (-want +got)\n%s", diff)
 	}
-	if got := Status("no-such-cause"); got != 500 {
+	if got := statusOf("no-such-cause"); got != 500 {
 		t.Errorf("Status of an unknown cause = %d", got)
 	}
 }

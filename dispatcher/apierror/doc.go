@@ -6,7 +6,7 @@
 //
 // that DESIGN.md section 6 fixes. The causes (the body's "type", also the
 // cause label of tiergate_rejections_total) are dispatcher/queue's Cause
-// constants; Status gives each its HTTP status. FromQueue maps the queue's
+// constants; one table here gives each its HTTP status. FromQueue maps the queue's
 // errors (errors.As on *queue.Refusal for the tier, position and
 // Retry-After) and FromIdentity the identity errors (errors.As on
 // *identity.Error for the reason and tenant); the other constructors cover

@@ -102,7 +102,7 @@ func TestIdentify(t *testing.T) {
 					t.Errorf("message %q, want %q", err.Error(), tc.wantMsg)
 				}
 				var e *Error
-				if !errors.As(err, &e) || e.Kind != tc.wantErr || e.Tenant != tc.wantTenant {
+				if !errors.As(err, &e) || !errors.Is(e.Kind, tc.wantErr) || e.Tenant != tc.wantTenant {
 					t.Errorf("err %#v, want an *Error of kind %v for tenant %q", err, tc.wantErr, tc.wantTenant)
 				}
 			} else if err != nil {

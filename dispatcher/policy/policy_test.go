@@ -191,42 +191,6 @@ func TestCheckVersion(t *testing.T) {
 	}
 }
 
-func TestLoadFile(t *testing.T) {
-	p, err := LoadFile("testdata/valid-scaled-to-zero.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if p.Version != 12 || p.Slots != 0 || len(p.Backends) != 0 {
-		t.Fatalf("loaded %+v", p)
-	}
-	if _, err := LoadFile("testdata/invalid-no-tiers.json"); !errors.As(err, new(ValidationErrors)) {
-		t.Fatalf("invalid file: err = %v, want ValidationErrors", err)
-	}
-	if _, err := LoadFile("testdata/does-not-exist.json"); !errors.Is(err, os.ErrNotExist) {
-		t.Fatalf("missing file: err = %v", err)
-	}
-}
-
-func TestLookups(t *testing.T) {
-	data, _ := os.ReadFile("testdata/valid-seed.json")
-	p, err := Decode(data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if tr := p.TierByName("standard"); tr == nil || tr.QueueBound != 80 {
-		t.Fatalf("TierByName = %+v", tr)
-	}
-	if p.TierByName("gold") != nil {
-		t.Fatal("TierByName found gold")
-	}
-	if tn := p.TenantByID("acme"); tn == nil || tn.MaxConcurrency != 6 {
-		t.Fatalf("TenantByID = %+v", tn)
-	}
-	if p.TenantByID("nobody") != nil {
-		t.Fatal("TenantByID found nobody")
-	}
-}
-
 // Messages JSON cannot reach (NaN and infinities, a nil policy), so the
 // golden files cannot hold them.
 func TestValidateMessagesWithoutGoldenFiles(t *testing.T) {

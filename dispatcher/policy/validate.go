@@ -253,23 +253,3 @@ func checkAddress(a string) string {
 	}
 	return ""
 }
-
-// TierByName returns the named tier, or nil.
-func (p *Policy) TierByName(name string) *Tier {
-	for i := range p.Tiers {
-		if p.Tiers[i].Name == name {
-			return &p.Tiers[i]
-		}
-	}
-	return nil
-}
-
-// TenantByID returns the listed tenant, or nil.
-func (p *Policy) TenantByID(id string) *Tenant {
-	for i := range p.Tenants {
-		if p.Tenants[i].ID == id {
-			return &p.Tenants[i]
-		}
-	}
-	return nil
-}

@@ -50,7 +50,7 @@ func putExchange(x *exchange) {
 type statusWriter struct {
 	http.ResponseWriter
 	// code is the final status written, or an outcome the data path set
-	// (StatusClientClosed, or 502 for a stream cut by the backend).
+	// (statusClientClosed, or 502 for a stream cut by the backend).
 	code int
 }
 

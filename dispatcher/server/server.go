@@ -21,9 +21,9 @@ import (
 	"github.com/tiergate/tiergate/dispatcher/queue"
 )
 
-// StatusClientClosed is the requests_total code of a request whose client
+// statusClientClosed is the requests_total code of a request whose client
 // went away before it was answered (nginx's convention).
-const StatusClientClosed = 499
+const statusClientClosed = 499
 
 // Config tunes the data path.
 type Config struct {
@@ -262,5 +262,5 @@ func (s *Server) clientGone(x *exchange, stage string) {
 	if stage != "" {
 		s.m.Abandon(x.pool, x.tier, stage)
 	}
-	x.sw.code = StatusClientClosed
+	x.sw.code = statusClientClosed
 }
