@@ -114,7 +114,7 @@ BENCH_COUNT ?= 5
 bench: ## Run the benchmarks behind docs/benchmarks.md (queue, dispatcher vs nginx, fleet, simulate)
 	hack/ensure-deb.sh redis-server
 	go test -run '^$$' -bench 'BenchmarkDispatch|BenchmarkNoisyNeighbour' -benchmem -count $(BENCH_COUNT) ./dispatcher/queue/
-	go test -run '^$$' -bench 'AdmitRelease|RedisRoundTrip' -benchmem -count $(BENCH_COUNT) ./dispatcher/state/
+	go test -run '^$$' -bench 'AdmitRelease|RedisRoundTrip' -benchmem -count $(BENCH_COUNT) ./dispatcher/fleet/
 	go test -run '^$$' -bench BenchmarkSeedHourOverload -benchmem -count $(BENCH_COUNT) ./simulate/
 	bash hack/bench-dispatcher.sh $(BENCH_COUNT)
 

@@ -8,7 +8,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -16,15 +15,11 @@ import (
 	"github.com/go-logr/logr/funcr"
 
 	"github.com/tiergate/tiergate/dispatcher"
-	"github.com/tiergate/tiergate/dispatcher/queue"
+	"github.com/tiergate/tiergate/dispatcher/fleet"
 	"github.com/tiergate/tiergate/dispatcher/server"
-	fleetstate "github.com/tiergate/tiergate/dispatcher/state"
 )
 
 func init() {
-	// Fleet mode: --state=redis://… or rediss://… (dispatcher/state).
-	dispatcher.RegisterState("redis", fleetstate.Open)
-	dispatcher.RegisterState("rediss", fleetstate.Open)
 	register("dispatcher", "serve the tiered queue in front of a model pool (data and admin ports)", runDispatcher)
 }
 
@@ -35,8 +30,8 @@ func runDispatcher(args []string, stdout, stderr io.Writer) int {
 	adminListen := fs.String("admin-listen", ":9090", "admin port address (policy API, healthz, readyz, metrics)")
 	tokenFile := fs.String("admin-token-file", "", "file holding the admin API's bearer token; without it PUT/GET /v1/* answer 401")
 	policyFile := fs.String("policy-file", "", "policy document (JSON or YAML) for standalone use; re-read when it changes")
-	state := fs.String("state", "local", `shared state: "local", or a URL such as redis://host:6379 (fleet mode)`)
-	fleetFlags := fleetstate.AddFlags(fs) // --redis-password-file, --state-lease-ttl, --state-renew-interval
+	var fleetCfg fleet.Config
+	fleet.AddFlags(fs, &fleetCfg) // --state, --redis-password-file, --redis-ca-file, --state-lease-ttl, --state-renew-interval
 	drainTimeout := fs.Duration("drain-timeout", dispatcher.DefaultDrainTimeout, "on SIGTERM, how long queued requests may still be dispatched before they get 503")
 	maxBody := fs.Int64("max-body-bytes", server.DefaultMaxBodyBytes, "largest request body; larger gets 413")
 	bodyTimeout := fs.Duration("body-timeout", server.DefaultBodyTimeout, "longest time to receive a request body; slower gets 408")
@@ -73,32 +68,15 @@ func runDispatcher(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 
-	// The Gate is opened before the queue exists; kick reaches the queue
-	// once it does.
-	var q atomic.Pointer[queue.Queue]
-	kick := func() {
-		if qq := q.Load(); qq != nil {
-			qq.Kick()
-		}
-	}
-	gate, closer, err := dispatcher.OpenState(fleetstate.WithFlags(ctx, fleetFlags), *state, kick, log.WithName("state"))
-	if err != nil {
-		log.Error(err, "opening --state")
-		return 2
-	}
-	if closer != nil {
-		defer closer.Close()
-	}
 	d, err := dispatcher.New(dispatcher.Config{
 		Listen: *listen, AdminListen: *adminListen, AdminToken: token, PolicyFile: *policyFile,
 		DrainTimeout: *drainTimeout, MaxBodyBytes: *maxBody, BodyTimeout: *bodyTimeout,
-		ReadHeaderTimeout: *readHeaderTimeout, Gate: gate, Log: log,
+		ReadHeaderTimeout: *readHeaderTimeout, Fleet: fleetCfg, Log: log,
 	})
 	if err != nil {
 		log.Error(err, "bad configuration")
 		return 2
 	}
-	q.Store(d.Queue())
 	if err := d.ListenAndServe(ctx); err != nil {
 		log.Error(err, "dispatcher failed")
 		return 1

@@ -31,9 +31,9 @@ const (
 	PushOK           PushResult = "success"
 	PushUnauthorized PushResult = "unauthorized" // 401 or 403: wrong or missing token
 	PushRejected     PushResult = "rejected"     // 400: the dispatcher found the policy invalid
-	PushConflict     PushResult = "conflict"     // 409: the dispatcher holds a newer version
+	PushConflict     PushResult = "conflict"     // 409 stale_version: the dispatcher holds a newer version
 	PushUnreachable  PushResult = "unreachable"  // no HTTP answer within the timeout
-	PushFailed       PushResult = "error"        // any other answer, or no token to send
+	PushFailed       PushResult = "error"        // any other answer (another 409 too), or no token to send
 )
 
 // Sentinel errors of a push attempt; PodState.Err wraps one of them.
@@ -73,7 +73,7 @@ type PodState struct {
 	Err error
 	// Failures counts consecutive failed attempts.
 	Failures int
-	// HeldVersion is the version a 409 reported the pod holds.
+	// HeldVersion is the version a 409 (stale_version) said the pod holds.
 	HeldVersion int64
 	// Attempts counts push attempts to this pod.
 	Attempts int
@@ -149,9 +149,13 @@ type Pusher struct {
 	wg      sync.WaitGroup
 	senders map[types.UID]*sender
 	byPool  map[types.NamespacedName]map[types.UID]bool
+
+	// trace, when set (tests), hears each sender park and stop.
+	trace func(types.UID, senderEvent)
 }
 
 type sender struct {
+	uid    types.UID // never changes, so it is read without the lock
 	pool   types.NamespacedName
 	target Target
 	state  PodState
@@ -204,7 +208,7 @@ func (p *Pusher) Sync(pool types.NamespacedName, targets []Target, resync bool) 
 		keep[t.UID] = true
 		s, ok := p.senders[t.UID]
 		if !ok {
-			s = &sender{pool: pool, target: t, kick: make(chan struct{}, 1),
+			s = &sender{uid: t.UID, pool: pool, target: t, kick: make(chan struct{}, 1),
 				state: PodState{UID: t.UID, Name: t.Name, Address: t.Address}}
 			p.senders[t.UID] = s
 			if p.ctx != nil {
@@ -223,9 +227,12 @@ func (p *Pusher) Sync(pool types.NamespacedName, targets []Target, resync bool) 
 		if resync {
 			s.force = true
 		}
-		select {
-		case s.kick <- struct{}{}:
-		default:
+		if ok {
+			// A new sender plans when it starts; an existing one is woken.
+			select {
+			case s.kick <- struct{}{}:
+			default:
+			}
 		}
 	}
 	for uid := range p.byPool[pool] {
@@ -270,68 +277,38 @@ func (p *Pusher) stopLocked(uid types.UID) {
 	}
 }
 
+// senderEvent is what a sender reports to Pusher.trace.
+type senderEvent int
+
+const (
+	senderIdle    senderEvent = iota // up to date: waiting for a kick
+	senderBackoff                    // a backoff timer is armed: waiting for it or a kick
+	senderStopped                    // the pod is no longer a target
+)
+
+func (p *Pusher) note(s *sender, ev senderEvent) {
+	if p.trace != nil {
+		p.trace(s.uid, ev)
+	}
+}
+
 // run is one pod's sender loop.
 func (p *Pusher) run(ctx context.Context, s *sender) {
+	defer p.note(s, senderStopped)
 	for {
-		p.mu.Lock()
-		need := s.force || s.state.AckedVersion != s.target.Policy.Version
-		var wait time.Duration
-		if need && s.state.Failures > 0 && s.failedVersion == s.target.Policy.Version {
-			wait = s.retryAt.Sub(p.opts.Clock.Now())
-		}
-		p.mu.Unlock()
-
-		if !need {
-			select {
-			case <-s.kick:
-				continue
-			case <-ctx.Done():
+		need, wait := p.plan(s)
+		if !need || wait > 0 {
+			if !p.park(ctx, s, need, wait) {
 				return
 			}
+			continue
 		}
-		if wait > 0 {
-			t := p.opts.Clock.NewTimer(wait)
-			select {
-			case <-t.C():
-			case <-s.kick:
-				t.Stop()
-				continue
-			case <-ctx.Done():
-				t.Stop()
-				return
-			}
-		}
-
-		p.mu.Lock()
-		tgt := s.target
-		s.force = false
-		p.mu.Unlock()
-
+		tgt := p.take(s)
 		a := p.push(ctx, tgt)
 		if ctx.Err() != nil {
 			return // stopped while pushing: the pod is no longer a target
 		}
-
-		p.mu.Lock()
-		st := &s.state
-		st.Attempts++
-		st.Result = a.result
-		st.Err = a.err
-		if a.result == PushOK {
-			st.AckedVersion = a.ack.Version
-			st.Stats = a.ack.Stats
-			st.Failures = 0
-			st.HeldVersion = 0
-		} else {
-			st.Failures++
-			if a.result == PushConflict {
-				st.HeldVersion = a.held
-			}
-			s.failedVersion = tgt.Policy.Version
-			s.retryAt = p.opts.Clock.Now().Add(p.backoff(st.Failures))
-		}
-		p.mu.Unlock()
-
+		p.record(s, tgt, a)
 		log := p.opts.Log.WithValues("pool", s.pool.String(), "pod", tgt.Name, "address", tgt.Address, "version", tgt.Policy.Version)
 		if a.err != nil {
 			log.Info("push failed", "result", string(a.result), "error", a.err.Error())
@@ -340,6 +317,70 @@ func (p *Pusher) run(ctx context.Context, s *sender) {
 		}
 		p.opts.Notify(s.pool)
 	}
+}
+
+// plan says whether the pod needs a push and how long its backoff still
+// lasts.
+func (p *Pusher) plan(s *sender) (need bool, wait time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	need = s.force || s.state.AckedVersion != s.target.Policy.Version
+	if need && s.state.Failures > 0 && s.failedVersion == s.target.Policy.Version {
+		wait = s.retryAt.Sub(p.opts.Clock.Now())
+	}
+	return need, wait
+}
+
+// park waits for a kick, or for the backoff when the pod needs a push;
+// false when ctx ended.
+func (p *Pusher) park(ctx context.Context, s *sender, backoff bool, wait time.Duration) bool {
+	var fire <-chan time.Time
+	if backoff {
+		t := p.opts.Clock.NewTimer(wait)
+		defer t.Stop()
+		fire = t.C()
+		p.note(s, senderBackoff)
+	} else {
+		p.note(s, senderIdle)
+	}
+	select {
+	case <-s.kick:
+	case <-fire:
+	case <-ctx.Done():
+		return false
+	}
+	return true
+}
+
+// take is the target to push now; it clears a forced push.
+func (p *Pusher) take(s *sender) Target {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s.force = false
+	return s.target
+}
+
+// record folds an attempt into the pod's state.
+func (p *Pusher) record(s *sender, tgt Target, a attempt) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	st := &s.state
+	st.Attempts++
+	st.Result = a.result
+	st.Err = a.err
+	if a.result == PushOK {
+		st.AckedVersion = a.ack.Version
+		st.Stats = a.ack.Stats
+		st.Failures = 0
+		st.HeldVersion = 0
+		return
+	}
+	st.Failures++
+	if a.result == PushConflict {
+		st.HeldVersion = a.held
+	}
+	s.failedVersion = tgt.Policy.Version
+	s.retryAt = p.opts.Clock.Now().Add(p.backoff(st.Failures))
 }
 
 func (p *Pusher) backoff(failures int) time.Duration {
@@ -380,12 +421,11 @@ func (p *Pusher) pushOnce(ctx context.Context, t Target) attempt {
 	}
 	ctx, cancel := context.WithTimeout(ctx, p.opts.Timeout)
 	defer cancel()
-	code, answer, err := p.do(ctx, http.MethodPut, t.Address, token, body)
+	code, answer, err := p.put(ctx, t.Address, token, body)
 	if err != nil {
 		return attempt{result: PushUnreachable, err: fmt.Errorf("%w: %s: %v", ErrPushUnreachable, t.Address, err)}
 	}
-	switch code {
-	case http.StatusOK:
+	if code == http.StatusOK {
 		var ack policy.Ack
 		if err := json.Unmarshal(answer, &ack); err != nil {
 			return attempt{result: PushFailed, err: fmt.Errorf("%w: %s answered 200 with an unreadable ack: %v", ErrPushFailed, t.Address, err)}
@@ -394,35 +434,63 @@ func (p *Pusher) pushOnce(ctx context.Context, t Target) attempt {
 			return attempt{result: PushFailed, err: fmt.Errorf("%w: %s acknowledged version %d, sent %d", ErrPushFailed, t.Address, ack.Version, t.Policy.Version)}
 		}
 		return attempt{result: PushOK, ack: ack}
-	case http.StatusUnauthorized, http.StatusForbidden:
-		return attempt{result: PushUnauthorized, err: fmt.Errorf("%w: %s answered %d", ErrPushUnauthorized, t.Address, code)}
-	case http.StatusBadRequest:
-		return attempt{result: PushRejected, err: fmt.Errorf("%w: %s answered 400: %s", ErrPushRejected, t.Address, summarize(answer))}
-	case http.StatusConflict:
-		held := heldVersion(answer)
-		if held == 0 {
-			held = p.fetchVersion(ctx, t.Address, token)
-		}
+	}
+	return refused(t, code, answer)
+}
+
+// refused classifies an error answer, which the admin API sends as a
+// policy.AdminErrorBody.
+func refused(t Target, code int, answer []byte) attempt {
+	var body policy.AdminErrorBody
+	detail := summarize(answer)
+	if json.Unmarshal(answer, &body) == nil && body.Error.Type != "" {
+		detail = describe(body.Error)
+	}
+	what := fmt.Sprintf("%s answered %d", t.Address, code)
+	if detail != "" {
+		what += ": " + detail
+	}
+	e := body.Error
+	switch {
+	case code == http.StatusUnauthorized || code == http.StatusForbidden:
+		return attempt{result: PushUnauthorized, err: fmt.Errorf("%w: %s", ErrPushUnauthorized, what)}
+	case code == http.StatusBadRequest:
+		return attempt{result: PushRejected, err: fmt.Errorf("%w: %s", ErrPushRejected, what)}
+	case code == http.StatusConflict && e.Type == policy.AdminStaleVersion && e.CurrentVersion != nil:
+		held := *e.CurrentVersion
 		return attempt{result: PushConflict, held: held, err: fmt.Errorf("%w: %s holds version %d, sent %d", ErrPushConflict, t.Address, held, t.Policy.Version)}
 	default:
-		return attempt{result: PushFailed, err: fmt.Errorf("%w: %s answered %d: %s", ErrPushFailed, t.Address, code, summarize(answer))}
+		return attempt{result: PushFailed, err: fmt.Errorf("%w: %s", ErrPushFailed, what)}
 	}
 }
 
-// do sends one request and returns the status code and up to maxAnswer
-// bytes of the answer; the body is closed.
-func (p *Pusher) do(ctx context.Context, method, address, token string, body []byte) (int, []byte, error) {
-	var rd io.Reader
-	if body != nil {
-		rd = bytes.NewReader(body)
+// describe is an admin error for a condition message: its type, message
+// and every field error.
+func describe(e policy.AdminErrorDetail) string {
+	var b strings.Builder
+	b.WriteString(string(e.Type))
+	if e.Message != "" {
+		b.WriteString(": " + e.Message)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, "http://"+address+"/v1/policy", rd)
+	for i, fe := range e.Errors {
+		if i == 0 {
+			b.WriteString(": ")
+		} else {
+			b.WriteString("; ")
+		}
+		b.WriteString(fe.Error())
+	}
+	return b.String()
+}
+
+// put sends one PUT /v1/policy and returns the status code and up to
+// maxAnswer bytes of the answer; the body is closed.
+func (p *Pusher) put(ctx context.Context, address, token string, body []byte) (int, []byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPut, "http://"+address+"/v1/policy", bytes.NewReader(body))
 	if err != nil {
 		return 0, nil, err
 	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
+	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json")
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
@@ -437,34 +505,6 @@ func (p *Pusher) do(ctx context.Context, method, address, token string, body []b
 		return 0, nil, err
 	}
 	return resp.StatusCode, answer, nil
-}
-
-// fetchVersion asks a dispatcher which version it holds (after a 409 whose
-// body did not say). 0 when it cannot tell.
-func (p *Pusher) fetchVersion(ctx context.Context, address, token string) int64 {
-	code, answer, err := p.do(ctx, http.MethodGet, address, token, nil)
-	if err != nil || code != http.StatusOK {
-		return 0
-	}
-	return heldVersion(answer)
-}
-
-// heldVersion reads a version from a JSON answer: a Policy or an Ack
-// ({"version": N}), or an error body naming it ({"error": {..., "version": N}}
-// or "currentVersion").
-func heldVersion(answer []byte) int64 {
-	var doc struct {
-		Version        int64 `json:"version"`
-		CurrentVersion int64 `json:"currentVersion"`
-		Error          struct {
-			Version        int64 `json:"version"`
-			CurrentVersion int64 `json:"currentVersion"`
-		} `json:"error"`
-	}
-	if json.Unmarshal(answer, &doc) != nil {
-		return 0
-	}
-	return max(doc.Version, doc.CurrentVersion, doc.Error.Version, doc.Error.CurrentVersion)
 }
 
 func (p *Pusher) token() (string, error) {

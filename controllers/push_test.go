@@ -2,8 +2,8 @@ package controllers
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -15,96 +15,131 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/types"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/tiergate/tiergate/dispatcher/admin"
 	"github.com/tiergate/tiergate/dispatcher/policy"
 )
 
-// fakeDispatcher is a real HTTP server on 127.0.0.1 that answers the admin
-// API contract: PUT /v1/policy and GET /v1/policy.
-type fakeDispatcher struct {
-	srv *httptest.Server
-
-	mu      sync.Mutex
-	token   string
-	held    int64
-	puts    []policy.Policy
-	auths   []string
-	answer  func(p policy.Policy) (int, string) // optional override
-	block   chan struct{}                       // when set, PUT waits on it
-	getSeen int
+// adminBackend is what the admin handler drives in these tests, as a
+// dispatcher does: it applies valid policies under the dispatcher's
+// version rule (policy.CheckVersion) and acknowledges with its figures.
+type adminBackend struct {
+	mu  sync.Mutex
+	pol *policy.Policy
 }
 
-func newFakeDispatcher(t *testing.T, token string, wrap ...func(http.Handler) http.Handler) *fakeDispatcher {
+var testMeasured = policy.Measured{ServiceTimeSeconds: 2.5, Completed: 40}
+
+func (b *adminBackend) Apply(p *policy.Policy) (policy.Ack, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.pol != nil {
+		if err := policy.CheckVersion(b.pol.Version, p.Version); err != nil {
+			return policy.Ack{}, err
+		}
+	}
+	b.pol = p
+	return policy.Ack{Version: p.Version, Stats: testMeasured}, nil
+}
+
+func (b *adminBackend) Policy() *policy.Policy { b.mu.Lock(); defer b.mu.Unlock(); return b.pol }
+func (b *adminBackend) Stats() any             { return struct{}{} }
+func (b *adminBackend) Ready() (bool, string)  { return b.Policy() != nil, "no policy yet" }
+
+// version is the applied policy's version, 0 before the first.
+func (b *adminBackend) version() int64 {
+	if p := b.Policy(); p != nil {
+		return p.Version
+	}
+	return 0
+}
+
+// dispatcherServer is the real admin API (admin.New) on 127.0.0.1 in
+// front of an adminBackend. It counts the requests it gets; intercept,
+// when set, may answer instead of the admin API (a proxy in between, a
+// dispatcher that is starting), returning true when it did.
+type dispatcherServer struct {
+	srv     *httptest.Server
+	backend *adminBackend
+
+	mu        sync.Mutex
+	requests  []string // "METHOD path"
+	auths     []string
+	intercept func(w http.ResponseWriter, r *http.Request) bool
+}
+
+type serverOptions struct {
+	token          string // the admin token; "" disables the admin API
+	held           int64  // a policy version applied before the test
+	maxPolicyBytes int64
+	wrap           func(http.Handler) http.Handler
+}
+
+func newDispatcherServer(t *testing.T, o serverOptions) *dispatcherServer {
 	t.Helper()
-	f := &fakeDispatcher{token: token}
-	var h http.Handler = http.HandlerFunc(f.serve)
-	for _, w := range wrap {
-		h = w(h)
+	d := &dispatcherServer{backend: &adminBackend{}}
+	h, err := admin.New(admin.Config{Token: []byte(o.token), Gatherer: prometheus.NewRegistry(),
+		MaxPolicyBytes: o.maxPolicyBytes, Log: logr.Discard()}, d.backend)
+	if err != nil {
+		t.Fatal(err)
 	}
-	f.srv = httptest.NewServer(h)
-	t.Cleanup(f.srv.Close)
-	return f
-}
-
-func (f *fakeDispatcher) addr() string { return strings.TrimPrefix(f.srv.URL, "http://") }
-
-func (f *fakeDispatcher) serve(w http.ResponseWriter, r *http.Request) {
-	f.mu.Lock()
-	block := f.block
-	f.mu.Unlock()
-	if block != nil && r.Method == http.MethodPut {
-		select {
-		case <-block:
-		case <-r.Context().Done():
-			return
+	if o.held != 0 {
+		p := pushPolicy(o.held)
+		if _, err := d.backend.Apply(&p); err != nil {
+			t.Fatal(err)
 		}
 	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if r.URL.Path != "/v1/policy" {
-		http.NotFound(w, r)
-		return
-	}
-	f.auths = append(f.auths, r.Header.Get("Authorization"))
-	if r.Header.Get("Authorization") != "Bearer "+f.token {
-		w.WriteHeader(http.StatusUnauthorized)
-		return
-	}
-	if r.Method == http.MethodGet {
-		f.getSeen++
-		_ = json.NewEncoder(w).Encode(policy.Policy{Version: f.held})
-		return
-	}
-	var p policy.Policy
-	b, _ := io.ReadAll(r.Body)
-	if err := json.Unmarshal(b, &p); err != nil || r.Header.Get("Content-Type") != "application/json" {
-		w.WriteHeader(http.StatusBadRequest)
-		return
-	}
-	f.puts = append(f.puts, p)
-	if f.answer != nil {
-		code, body := f.answer(p)
-		if code != 0 {
-			w.WriteHeader(code)
-			_, _ = io.WriteString(w, body)
+	var outer http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		d.mu.Lock()
+		d.requests = append(d.requests, r.Method+" "+r.URL.Path)
+		d.auths = append(d.auths, r.Header.Get("Authorization"))
+		intercept := d.intercept
+		d.mu.Unlock()
+		if intercept != nil && intercept(w, r) {
 			return
 		}
+		h.ServeHTTP(w, r)
+	})
+	if o.wrap != nil {
+		outer = o.wrap(outer)
 	}
-	if p.Version < f.held {
-		w.WriteHeader(http.StatusConflict)
-		return
-	}
-	f.held = p.Version
-	_ = json.NewEncoder(w).Encode(policy.Ack{Version: p.Version, Stats: policy.Measured{ServiceTimeSeconds: 2.5, Completed: 40}})
+	d.srv = httptest.NewServer(outer)
+	t.Cleanup(d.srv.Close)
+	return d
 }
 
-func (f *fakeDispatcher) putCount() int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return len(f.puts)
+func (d *dispatcherServer) addr() string { return strings.TrimPrefix(d.srv.URL, "http://") }
+
+func (d *dispatcherServer) seen() (requests, auths []string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]string(nil), d.requests...), append([]string(nil), d.auths...)
+}
+
+func (d *dispatcherServer) putCount() int {
+	reqs, _ := d.seen()
+	n := 0
+	for _, r := range reqs {
+		if r == "PUT /v1/policy" {
+			n++
+		}
+	}
+	return n
+}
+
+// pushPolicy is a valid policy of the given version.
+func pushPolicy(version int64) policy.Policy {
+	return policy.Policy{
+		Version: version, Pool: "ns/p", Slots: 1, ServiceRate: 1, AgeingRate: 6,
+		Authentication: policy.Authentication{Mode: policy.AuthTrustedHeader, HeaderName: "X-Tenant-ID"},
+		Tiers:          []policy.Tier{{Name: "premium", TolerableWaitSeconds: 5, QueueBound: 1, TenantConcurrencyLimit: 1, TenantQueueLimit: 1}},
+		Backends:       []policy.Backend{{Address: "127.0.0.1:8000"}},
+	}
 }
 
 func writeToken(t *testing.T, token string) string {
@@ -127,129 +162,203 @@ func closedAddr(t *testing.T) string {
 	return addr
 }
 
-func TestPushOnceClassifies(t *testing.T) {
+// One push against the real admin API: every answer it gives, classified,
+// with exactly one request per push (a 409 names the held version in its
+// body, so nothing is asked afterwards).
+func TestPushAgainstTheAdminAPI(t *testing.T) {
+	invalid := pushPolicy(7)
+	invalid.Slots = -1
 	tests := map[string]struct {
-		serverToken string
-		held        int64
-		answer      func(policy.Policy) (int, string)
-		unreachable bool
-		timeout     bool
-		noTokenFile bool
-		wantResult  PushResult
-		wantErr     error
-		wantMsg     string // substring of the error
-		wantHeld    int64
-		wantAcked   int64
+		server     serverOptions
+		send       policy.Policy
+		wantResult PushResult
+		wantErr    error
+		wantMsg    string // ADDR stands for the dispatcher's address
+		wantHeld   int64  // of a conflict
+		wantAcked  int64
+		wantHolds  int64 // the version the dispatcher holds afterwards
 	}{
-		"200 with the ack of the sent version": {
-			serverToken: "s3cret", wantResult: PushOK, wantAcked: 7,
+		"200: applied and acknowledged": {
+			server: serverOptions{token: "s3cret", held: 5}, send: pushPolicy(7),
+			wantResult: PushOK, wantAcked: 7, wantHolds: 7,
 		},
-		"401 on a wrong token": {
-			serverToken: "other", wantResult: PushUnauthorized, wantErr: ErrPushUnauthorized, wantMsg: "answered 401",
+		"200: the same version again (a resync)": {
+			server: serverOptions{token: "s3cret", held: 7}, send: pushPolicy(7),
+			wantResult: PushOK, wantAcked: 7, wantHolds: 7,
 		},
-		"403 counts as unauthorized too": {
-			serverToken: "s3cret", answer: func(policy.Policy) (int, string) { return 403, "" },
-			wantResult: PushUnauthorized, wantErr: ErrPushUnauthorized, wantMsg: "answered 403",
+		"400: an invalid policy is refused and the old one stays": {
+			server: serverOptions{token: "s3cret", held: 5}, send: invalid,
+			wantResult: PushRejected, wantErr: ErrPushRejected, wantHolds: 5,
+			wantMsg: "dispatcher rejected the policy: ADDR answered 400: invalid_policy: the policy has 1 error(s); the previous policy stays: slots: must be >= 0, got -1",
 		},
-		"400 carries the validation errors": {
-			serverToken: "s3cret",
-			answer: func(policy.Policy) (int, string) {
-				return 400, `{"error":{"type":"invalid_policy","message":"tiers[0].queueBound: must be >= 1, got 0"}}`
-			},
-			wantResult: PushRejected, wantErr: ErrPushRejected, wantMsg: "answered 400: {\"error\":{\"type\":\"invalid_policy\",\"message\":\"tiers[0].queueBound: must be >= 1, got 0\"}}",
+		"409: the held version comes from the body": {
+			server: serverOptions{token: "s3cret", held: 9}, send: pushPolicy(7),
+			wantResult: PushConflict, wantErr: ErrPushConflict, wantHeld: 9, wantHolds: 9,
+			wantMsg: "dispatcher holds a newer policy version: ADDR holds version 9, sent 7",
 		},
-		"409 naming the held version in its body": {
-			serverToken: "s3cret", answer: func(policy.Policy) (int, string) { return 409, `{"error":{"type":"conflict","currentVersion":9}}` },
-			wantResult: PushConflict, wantErr: ErrPushConflict, wantMsg: "holds version 9, sent 7", wantHeld: 9,
+		"401: a wrong token": {
+			server: serverOptions{token: "other", held: 5}, send: pushPolicy(7),
+			wantResult: PushUnauthorized, wantErr: ErrPushUnauthorized, wantHolds: 5,
+			wantMsg: "dispatcher refused the push token: ADDR answered 401: unauthenticated: wrong bearer token",
 		},
-		"409 without a version asks GET /v1/policy": {
-			serverToken: "s3cret", held: 12,
-			wantResult: PushConflict, wantErr: ErrPushConflict, wantMsg: "holds version 12, sent 7", wantHeld: 12,
+		"401: the admin API is disabled": {
+			server: serverOptions{}, send: pushPolicy(7),
+			wantResult: PushUnauthorized, wantErr: ErrPushUnauthorized,
+			wantMsg: "dispatcher refused the push token: ADDR answered 401: unauthenticated: the admin API is disabled: the dispatcher was started without --admin-token-file",
 		},
-		"500 is a failure with the answer": {
-			serverToken: "s3cret", answer: func(policy.Policy) (int, string) { return 500, "boom" },
-			wantResult: PushFailed, wantErr: ErrPushFailed, wantMsg: "answered 500: boom",
-		},
-		"an ack of another version is a failure": {
-			serverToken: "s3cret", answer: func(policy.Policy) (int, string) { return 200, `{"version":3,"stats":{}}` },
-			wantResult: PushFailed, wantErr: ErrPushFailed, wantMsg: "acknowledged version 3, sent 7",
-		},
-		"an unreadable ack is a failure": {
-			serverToken: "s3cret", answer: func(policy.Policy) (int, string) { return 200, `not json` },
-			wantResult: PushFailed, wantErr: ErrPushFailed, wantMsg: "unreadable ack",
-		},
-		"nothing listening": {
-			unreachable: true, wantResult: PushUnreachable, wantErr: ErrPushUnreachable, wantMsg: "connection refused",
-		},
-		"no answer within the timeout": {
-			serverToken: "s3cret", timeout: true, wantResult: PushUnreachable, wantErr: ErrPushUnreachable, wantMsg: "context deadline exceeded",
-		},
-		"an unreadable token file": {
-			serverToken: "s3cret", noTokenFile: true, wantResult: PushFailed, wantErr: ErrPushFailed, wantMsg: "reading the push token",
+		"413: a policy over the dispatcher's limit": {
+			server: serverOptions{token: "s3cret", held: 5, maxPolicyBytes: 64}, send: pushPolicy(7),
+			wantResult: PushFailed, wantErr: ErrPushFailed, wantHolds: 5,
+			wantMsg: "push failed: ADDR answered 413: body_too_large: the policy is larger than 64 bytes",
 		},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			f := newFakeDispatcher(t, tc.serverToken)
-			f.held, f.answer = tc.held, tc.answer
-			addr := f.addr()
-			if tc.unreachable {
-				addr = closedAddr(t)
-			}
-			if tc.timeout {
-				f.block = make(chan struct{})
-				defer close(f.block)
-			}
-			tokenFile := writeToken(t, "s3cret")
-			if tc.noTokenFile {
-				tokenFile = filepath.Join(t.TempDir(), "missing")
-			}
-			p, err := NewPusher(PusherOptions{TokenFile: tokenFile, Timeout: 200 * time.Millisecond})
+			d := newDispatcherServer(t, tc.server)
+			p, err := NewPusher(PusherOptions{TokenFile: writeToken(t, "s3cret"), Timeout: 5 * time.Second})
 			if err != nil {
 				t.Fatal(err)
 			}
-			a := p.push(context.Background(), Target{Name: "d-0", Address: addr, Policy: policy.Policy{Version: 7, Pool: "ns/p", Slots: 3}})
+			a := p.push(context.Background(), Target{Name: "d-0", Address: d.addr(), Policy: tc.send})
 			if a.result != tc.wantResult || !errors.Is(a.err, tc.wantErr) || a.held != tc.wantHeld || a.ack.Version != tc.wantAcked {
-				t.Fatalf("push = {%s, %v, held %d, acked %d}, want {%s, %v, held %d, acked %d}", a.result, a.err, a.held, a.ack.Version, tc.wantResult, tc.wantErr, tc.wantHeld, tc.wantAcked)
+				t.Fatalf("push = {%s, %v, held %d, acked %d}, want {%s, %v, held %d, acked %d}",
+					a.result, a.err, a.held, a.ack.Version, tc.wantResult, tc.wantErr, tc.wantHeld, tc.wantAcked)
 			}
-			if tc.wantMsg != "" && !strings.Contains(a.err.Error(), tc.wantMsg) {
-				t.Errorf("error %q does not contain %q", a.err, tc.wantMsg)
+			if tc.wantMsg != "" && a.err.Error() != strings.ReplaceAll(tc.wantMsg, "ADDR", d.addr()) {
+				t.Errorf("error %q\nwant  %q", a.err, strings.ReplaceAll(tc.wantMsg, "ADDR", d.addr()))
 			}
-			if a.err != nil && strings.Contains(a.err.Error(), "s3cret") {
-				t.Errorf("error %q leaks the token", a.err)
-			}
-			if tc.wantResult == PushOK {
-				if diff := cmp.Diff(policy.Measured{ServiceTimeSeconds: 2.5, Completed: 40}, a.ack.Stats); diff != "" {
+			if a.result == PushOK {
+				if diff := cmp.Diff(testMeasured, a.ack.Stats); diff != "" {
 					t.Errorf("ack stats (-want +got):\n%s", diff)
 				}
-				if diff := cmp.Diff([]policy.Policy{{Version: 7, Pool: "ns/p", Slots: 3}}, f.puts); diff != "" {
-					t.Errorf("received policies (-want +got):\n%s", diff)
-				}
-				if diff := cmp.Diff([]string{"Bearer s3cret"}, f.auths); diff != "" {
-					t.Errorf("Authorization headers (-want +got):\n%s", diff)
-				}
+			}
+			reqs, auths := d.seen()
+			if diff := cmp.Diff([]string{"PUT /v1/policy"}, reqs); diff != "" {
+				t.Errorf("requests (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff([]string{"Bearer s3cret"}, auths); diff != "" {
+				t.Errorf("Authorization headers (-want +got):\n%s", diff)
+			}
+			if got := d.backend.version(); got != tc.wantHolds {
+				t.Errorf("the dispatcher holds version %d, want %d", got, tc.wantHolds)
 			}
 		})
 	}
 }
 
-// pusherHarness runs a Pusher with a fake clock and records notifications.
+// Answers the admin API never gives, from whatever may stand between the
+// controller and a dispatcher, and pushes that never get an answer.
+func TestPushClassifiesOtherAnswers(t *testing.T) {
+	answer := func(code int, body string) func(http.ResponseWriter, *http.Request) bool {
+		return func(w http.ResponseWriter, _ *http.Request) bool {
+			w.WriteHeader(code)
+			_, _ = io.WriteString(w, body)
+			return true
+		}
+	}
+	tests := map[string]struct {
+		intercept   func(http.ResponseWriter, *http.Request) bool
+		unreachable bool
+		noTokenFile bool
+		wantResult  PushResult
+		wantErr     error
+		wantMsg     string // ADDR and TOKENFILE stand for themselves
+	}{
+		"403 without a body": {intercept: answer(403, ""), wantResult: PushUnauthorized, wantErr: ErrPushUnauthorized,
+			wantMsg: "dispatcher refused the push token: ADDR answered 403"},
+		"500 with a text body": {intercept: answer(500, "boom\n"), wantResult: PushFailed, wantErr: ErrPushFailed,
+			wantMsg: "push failed: ADDR answered 500: boom"},
+		"409 that is not stale_version": {intercept: answer(409, `{"error":{"type":"elsewhere","message":"not this pool"}}`),
+			wantResult: PushFailed, wantErr: ErrPushFailed, wantMsg: "push failed: ADDR answered 409: elsewhere: not this pool"},
+		"409 without a body": {intercept: answer(409, ""), wantResult: PushFailed, wantErr: ErrPushFailed,
+			wantMsg: "push failed: ADDR answered 409"},
+		"an ack of another version": {intercept: answer(200, `{"version":3,"stats":{}}`), wantResult: PushFailed, wantErr: ErrPushFailed,
+			wantMsg: "push failed: ADDR acknowledged version 3, sent 7"},
+		"an unreadable ack": {intercept: answer(200, "not json"), wantResult: PushFailed, wantErr: ErrPushFailed,
+			wantMsg: "push failed: ADDR answered 200 with an unreadable ack: invalid character 'o' in literal null (expecting 'u')"},
+		"nothing listening": {unreachable: true, wantResult: PushUnreachable, wantErr: ErrPushUnreachable,
+			wantMsg: `dispatcher unreachable: ADDR: Put "http://ADDR/v1/policy": dial tcp ADDR: connect: connection refused`},
+		"an unreadable token file": {noTokenFile: true, wantResult: PushFailed, wantErr: ErrPushFailed,
+			wantMsg: "push failed: reading the push token: open TOKENFILE: no such file or directory"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			d := newDispatcherServer(t, serverOptions{token: "s3cret"})
+			d.intercept = tc.intercept
+			addr := d.addr()
+			if tc.unreachable {
+				addr = closedAddr(t)
+			}
+			tokenFile := writeToken(t, "s3cret")
+			if tc.noTokenFile {
+				tokenFile = filepath.Join(t.TempDir(), "missing")
+			}
+			p, err := NewPusher(PusherOptions{TokenFile: tokenFile, Timeout: 5 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			a := p.push(context.Background(), Target{Name: "d-0", Address: addr, Policy: pushPolicy(7)})
+			if a.result != tc.wantResult || !errors.Is(a.err, tc.wantErr) {
+				t.Fatalf("push = {%s, %v}, want {%s, %v}", a.result, a.err, tc.wantResult, tc.wantErr)
+			}
+			want := strings.NewReplacer("ADDR", addr, "TOKENFILE", tokenFile).Replace(tc.wantMsg)
+			if a.err.Error() != want {
+				t.Errorf("error %q\nwant  %q", a.err, want)
+			}
+			if strings.Contains(a.err.Error(), "s3cret") {
+				t.Errorf("error %q leaks the token", a.err)
+			}
+		})
+	}
+}
+
+// A dispatcher that never answers costs one timeout, then counts as
+// unreachable.
+func TestPushTimesOut(t *testing.T) {
+	release := make(chan struct{})
+	defer close(release)
+	d := newDispatcherServer(t, serverOptions{token: "s3cret"})
+	d.intercept = func(_ http.ResponseWriter, r *http.Request) bool {
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+		return true
+	}
+	p, err := NewPusher(PusherOptions{TokenFile: writeToken(t, "s3cret"), Timeout: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := p.push(context.Background(), Target{Name: "d-0", Address: d.addr(), Policy: pushPolicy(7)})
+	want := fmt.Sprintf(`dispatcher unreachable: %s: Put "http://%s/v1/policy": context deadline exceeded`, d.addr(), d.addr())
+	if a.result != PushUnreachable || !errors.Is(a.err, ErrPushUnreachable) || a.err.Error() != want {
+		t.Fatalf("push = {%s, %v}, want {%s, %q}", a.result, a.err, PushUnreachable, want)
+	}
+}
+
+// pusherHarness runs a Pusher with a fake clock and hears every attempt
+// (Notify) and every sender event (trace).
 type pusherHarness struct {
 	p      *Pusher
 	clk    *clocktesting.FakeClock
 	notify chan types.NamespacedName
 	cancel context.CancelFunc
 	done   chan struct{}
+
+	mu     sync.Mutex
+	events map[types.UID]chan senderEvent
 }
 
 func startPusher(t *testing.T, tokenFile string) *pusherHarness {
 	t.Helper()
-	h := &pusherHarness{clk: clocktesting.NewFakeClock(time.Unix(1000, 0)), notify: make(chan types.NamespacedName, 100), done: make(chan struct{})}
-	p, err := NewPusher(PusherOptions{TokenFile: tokenFile, Timeout: time.Second, Clock: h.clk,
+	h := &pusherHarness{clk: clocktesting.NewFakeClock(time.Unix(1000, 0)), notify: make(chan types.NamespacedName, 100),
+		done: make(chan struct{}), events: map[types.UID]chan senderEvent{}}
+	p, err := NewPusher(PusherOptions{TokenFile: tokenFile, Timeout: 5 * time.Second, Clock: h.clk,
 		Notify: func(n types.NamespacedName) { h.notify <- n }})
 	if err != nil {
 		t.Fatal(err)
 	}
+	p.trace = func(uid types.UID, ev senderEvent) { h.eventsOf(uid) <- ev }
 	h.p = p
 	ctx, cancel := context.WithCancel(context.Background())
 	h.cancel = cancel
@@ -263,186 +372,228 @@ func (h *pusherHarness) stop() {
 	<-h.done
 }
 
+func (h *pusherHarness) eventsOf(uid types.UID) chan senderEvent {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	ch, ok := h.events[uid]
+	if !ok {
+		ch = make(chan senderEvent, 1000)
+		h.events[uid] = ch
+	}
+	return ch
+}
+
 // next waits for one attempt to finish.
 func (h *pusherHarness) next(t *testing.T) {
 	t.Helper()
 	select {
 	case <-h.notify:
-	case <-time.After(5 * time.Second):
-		t.Fatal("no push attempt finished within 5s")
+	case <-time.After(10 * time.Second):
+		t.Fatal("no push attempt finished within 10s")
 	}
 }
 
-// quiet asserts that no attempt finishes for a short while.
-func (h *pusherHarness) quiet(t *testing.T) {
+// expect waits for uid's sender to report ev; it must be its next event.
+func (h *pusherHarness) expect(t *testing.T, uid types.UID, want senderEvent) {
+	t.Helper()
+	select {
+	case got := <-h.eventsOf(uid):
+		if got != want {
+			t.Fatalf("%s: sender event %d, want %d", uid, got, want)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s: no sender event %d within 10s", uid, want)
+	}
+}
+
+// noAttempt asserts that no attempt has finished that next did not take.
+func (h *pusherHarness) noAttempt(t *testing.T) {
 	t.Helper()
 	select {
 	case n := <-h.notify:
 		t.Fatalf("unexpected push attempt for %s", n)
-	case <-time.After(100 * time.Millisecond):
-	}
-}
-
-// waitTimer waits until a sender sleeps on the fake clock.
-func (h *pusherHarness) waitTimer(t *testing.T) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !h.clk.HasWaiters() {
-		if time.Now().After(deadline) {
-			t.Fatal("no sender is waiting on the clock")
-		}
-		time.Sleep(time.Millisecond)
+	default:
 	}
 }
 
 var testPool = types.NamespacedName{Namespace: "ns", Name: "p"}
 
+func target(uid types.UID, d *dispatcherServer, version int64) Target {
+	return Target{UID: uid, Name: "d-" + string(uid), Address: d.addr(), Policy: pushPolicy(version)}
+}
+
 func TestPusherAcksAndStopsWhenCurrent(t *testing.T) {
-	f := newFakeDispatcher(t, "tok")
+	d := newDispatcherServer(t, serverOptions{token: "tok"})
 	h := startPusher(t, writeToken(t, "tok"))
-	h.p.Sync(testPool, []Target{{UID: "u1", Name: "d-0", Address: f.addr(), Policy: policy.Policy{Version: 1}}}, false)
+	h.p.Sync(testPool, []Target{target("u1", d, 1)}, false)
 	h.next(t)
+	h.expect(t, "u1", senderIdle)
 	states := h.p.States(testPool)
-	if len(states) != 1 || states[0].AckedVersion != 1 || states[0].Result != PushOK || states[0].Stats.Completed != 40 {
-		t.Fatalf("states = %+v, want d-0 acked at 1 with its stats", states)
+	if len(states) != 1 || states[0].AckedVersion != 1 || states[0].Result != PushOK || !cmp.Equal(states[0].Stats, testMeasured) {
+		t.Fatalf("states = %+v, want d-u1 acked at 1 with its stats", states)
 	}
-	// Same version again: nothing to push.
-	h.p.Sync(testPool, []Target{{UID: "u1", Name: "d-0", Address: f.addr(), Policy: policy.Policy{Version: 1}}}, false)
-	h.quiet(t)
+	// Same version again: the sender wakes, finds nothing to push, parks.
+	h.p.Sync(testPool, []Target{target("u1", d, 1)}, false)
+	h.expect(t, "u1", senderIdle)
+	h.noAttempt(t)
 	// A resync pushes although the pod is current.
-	h.p.Sync(testPool, []Target{{UID: "u1", Name: "d-0", Address: f.addr(), Policy: policy.Policy{Version: 1}}}, true)
+	h.p.Sync(testPool, []Target{target("u1", d, 1)}, true)
 	h.next(t)
-	if got := f.putCount(); got != 2 {
+	if got := d.putCount(); got != 2 {
 		t.Errorf("PUTs = %d, want 2 (first push and resync)", got)
 	}
 }
 
 func TestPusherRepushesAPodThatLostReadinessOrRestarted(t *testing.T) {
-	f := newFakeDispatcher(t, "tok")
+	d := newDispatcherServer(t, serverOptions{token: "tok"})
 	h := startPusher(t, writeToken(t, "tok"))
-	tgt := Target{UID: "u1", Name: "d-0", Address: f.addr(), Ready: true, Policy: policy.Policy{Version: 1}}
+	tgt := target("u1", d, 1)
+	tgt.Ready = true
 	h.p.Sync(testPool, []Target{tgt}, false)
 	h.next(t)
+	h.expect(t, "u1", senderIdle)
 	tgt.Ready = false
 	h.p.Sync(testPool, []Target{tgt}, false)
 	h.next(t)
+	h.expect(t, "u1", senderIdle)
 	// Still unready, nothing new: no push.
 	h.p.Sync(testPool, []Target{tgt}, false)
-	h.quiet(t)
+	h.expect(t, "u1", senderIdle)
+	h.noAttempt(t)
 	tgt.Restarts = 1
 	h.p.Sync(testPool, []Target{tgt}, false)
 	h.next(t)
-	if got := f.putCount(); got != 3 {
+	if got := d.putCount(); got != 3 {
 		t.Errorf("PUTs = %d, want 3", got)
 	}
 }
 
 func TestPusherBacksOffAndRetries(t *testing.T) {
-	f := newFakeDispatcher(t, "tok")
+	d := newDispatcherServer(t, serverOptions{token: "tok"})
+	var mu sync.Mutex
 	fails := 2
-	f.answer = func(policy.Policy) (int, string) {
-		if fails > 0 {
-			fails--
-			return 503, "warming up"
+	d.intercept = func(w http.ResponseWriter, _ *http.Request) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		if fails == 0 {
+			return false
 		}
-		return 0, ""
+		fails--
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = io.WriteString(w, "warming up")
+		return true
 	}
 	h := startPusher(t, writeToken(t, "tok"))
-	h.p.Sync(testPool, []Target{{UID: "u1", Name: "d-0", Address: f.addr(), Policy: policy.Policy{Version: 4}}}, false)
+	h.p.Sync(testPool, []Target{target("u1", d, 4)}, false)
 	h.next(t)
 	if s := h.p.States(testPool)[0]; s.Failures != 1 || s.Result != PushFailed {
 		t.Fatalf("after the first attempt: %+v, want 1 failure", s)
 	}
-	h.waitTimer(t)
-	h.clk.Step(249 * time.Millisecond)
-	h.quiet(t) // backoff is 250ms
-	h.clk.Step(time.Millisecond)
-	h.next(t)
-	h.waitTimer(t)
-	h.clk.Step(499 * time.Millisecond)
-	h.quiet(t) // doubled to 500ms
-	h.clk.Step(time.Millisecond)
-	h.next(t)
+	for i, backoff := range []time.Duration{250 * time.Millisecond, 500 * time.Millisecond} {
+		h.expect(t, "u1", senderBackoff)
+		h.clk.Step(backoff - time.Millisecond)
+		if !h.clk.HasWaiters() {
+			t.Fatalf("retry %d: the %s backoff timer fired 1ms early", i+1, backoff)
+		}
+		h.clk.Step(time.Millisecond)
+		h.next(t)
+	}
 	s := h.p.States(testPool)[0]
 	if s.AckedVersion != 4 || s.Failures != 0 || s.Attempts != 3 || s.Err != nil {
 		t.Errorf("final state %+v, want acked 4 after 3 attempts", s)
 	}
+	if got := d.putCount(); got != 3 {
+		t.Errorf("PUTs = %d, want 3", got)
+	}
 }
 
 func TestPusherNewVersionSkipsTheBackoff(t *testing.T) {
-	f := newFakeDispatcher(t, "tok")
-	f.answer = func(p policy.Policy) (int, string) {
-		if p.Version == 1 {
-			return 400, "bad"
-		}
-		return 0, ""
-	}
+	d := newDispatcherServer(t, serverOptions{token: "tok"})
 	h := startPusher(t, writeToken(t, "tok"))
-	h.p.Sync(testPool, []Target{{UID: "u1", Name: "d-0", Address: f.addr(), Policy: policy.Policy{Version: 1}}}, false)
+	bad := target("u1", d, 1)
+	bad.Policy.Slots = -1
+	h.p.Sync(testPool, []Target{bad}, false)
 	h.next(t)
 	if s := h.p.States(testPool)[0]; s.Result != PushRejected || !errors.Is(s.Err, ErrPushRejected) {
 		t.Fatalf("state %+v, want rejected", s)
 	}
-	h.p.Sync(testPool, []Target{{UID: "u1", Name: "d-0", Address: f.addr(), Policy: policy.Policy{Version: 2}}}, false)
+	h.expect(t, "u1", senderBackoff)
+	h.p.Sync(testPool, []Target{target("u1", d, 2)}, false)
 	h.next(t) // no clock step needed
-	if s := h.p.States(testPool)[0]; s.AckedVersion != 2 {
-		t.Errorf("state %+v, want acked 2", s)
+	if s := h.p.States(testPool)[0]; s.AckedVersion != 2 || d.backend.version() != 2 {
+		t.Errorf("state %+v, dispatcher at %d; want both at 2", s, d.backend.version())
+	}
+}
+
+// A 409 records the version the dispatcher holds, read from its answer.
+func TestPusherRecordsTheHeldVersion(t *testing.T) {
+	d := newDispatcherServer(t, serverOptions{token: "tok", held: 9})
+	h := startPusher(t, writeToken(t, "tok"))
+	h.p.Sync(testPool, []Target{target("u1", d, 7)}, false)
+	h.next(t)
+	s := h.p.States(testPool)[0]
+	if s.Result != PushConflict || s.HeldVersion != 9 || !errors.Is(s.Err, ErrPushConflict) {
+		t.Errorf("state %+v, want a conflict holding 9", s)
+	}
+	if reqs, _ := d.seen(); !cmp.Equal(reqs, []string{"PUT /v1/policy"}) {
+		t.Errorf("requests %v, want one PUT", reqs)
 	}
 }
 
 func TestPusherStopsPushingToRemovedPods(t *testing.T) {
-	a, b := newFakeDispatcher(t, "tok"), newFakeDispatcher(t, "tok")
+	a, b := newDispatcherServer(t, serverOptions{token: "tok"}), newDispatcherServer(t, serverOptions{token: "tok"})
 	h := startPusher(t, writeToken(t, "tok"))
-	both := []Target{
-		{UID: "ua", Name: "d-a", Address: a.addr(), Policy: policy.Policy{Version: 1}},
-		{UID: "ub", Name: "d-b", Address: b.addr(), Policy: policy.Policy{Version: 1}},
-	}
-	h.p.Sync(testPool, both, false)
+	h.p.Sync(testPool, []Target{target("ua", a, 1), target("ub", b, 1)}, false)
 	h.next(t)
 	h.next(t)
-	h.p.Sync(testPool, []Target{{UID: "ua", Name: "d-a", Address: a.addr(), Policy: policy.Policy{Version: 2}}}, true)
+	h.p.Sync(testPool, []Target{target("ua", a, 2)}, true)
 	h.next(t)
-	h.quiet(t)
+	// ub's sender ends without another attempt.
+	h.expect(t, "ub", senderIdle)
+	h.expect(t, "ub", senderStopped)
+	h.expect(t, "ua", senderIdle)
+	h.expect(t, "ua", senderIdle)
+	h.noAttempt(t)
 	if a.putCount() != 2 || b.putCount() != 1 {
 		t.Errorf("PUTs a=%d b=%d, want 2 and 1: the removed pod got pushed to", a.putCount(), b.putCount())
 	}
-	if got := h.p.States(testPool); len(got) != 1 || got[0].Name != "d-a" {
-		t.Errorf("states %+v, want only d-a", got)
+	if got := h.p.States(testPool); len(got) != 1 || got[0].Name != "d-ua" {
+		t.Errorf("states %+v, want only d-ua", got)
 	}
 	h.p.Forget(testPool)
+	h.expect(t, "ua", senderStopped)
 	if got := h.p.States(testPool); len(got) != 0 {
 		t.Errorf("states after Forget: %+v", got)
 	}
 }
 
 func TestPusherPushesConcurrently(t *testing.T) {
-	// Two pods that each block until both requests arrived prove the pushes
-	// overlap; a sequential pusher would time out.
+	// Two pods that each hold their request until both arrived prove the
+	// pushes overlap; sequential pushes would never both arrive.
 	var arrived sync.WaitGroup
 	arrived.Add(2)
-	release := make(chan struct{})
-	go func() { arrived.Wait(); close(release) }()
+	both := make(chan struct{})
+	go func() { arrived.Wait(); close(both) }()
 	gate := func(inner http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			arrived.Done()
 			select {
-			case <-release:
-			case <-time.After(3 * time.Second):
+			case <-both:
+			case <-r.Context().Done():
+				return
 			}
 			inner.ServeHTTP(w, r)
 		})
 	}
-	a, b := newFakeDispatcher(t, "tok", gate), newFakeDispatcher(t, "tok", gate)
+	a := newDispatcherServer(t, serverOptions{token: "tok", wrap: gate})
+	b := newDispatcherServer(t, serverOptions{token: "tok", wrap: gate})
 	h := startPusher(t, writeToken(t, "tok"))
-	h.p.Sync(testPool, []Target{
-		{UID: "ua", Name: "d-a", Address: a.addr(), Policy: policy.Policy{Version: 1}},
-		{UID: "ub", Name: "d-b", Address: b.addr(), Policy: policy.Policy{Version: 1}},
-	}, false)
+	h.p.Sync(testPool, []Target{target("ua", a, 1), target("ub", b, 1)}, false)
 	h.next(t)
 	h.next(t)
 	for _, s := range h.p.States(testPool) {
 		if s.AckedVersion != 1 {
-			t.Errorf("%s: %+v, want acked 1 (pushes did not overlap within the 1s timeout)", s.Name, s)
+			t.Errorf("%s: %+v, want acked 1 (the pushes did not overlap within the 5s timeout)", s.Name, s)
 		}
 	}
 }

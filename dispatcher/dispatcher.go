@@ -17,6 +17,7 @@ import (
 
 	"github.com/tiergate/tiergate/dispatcher/admin"
 	"github.com/tiergate/tiergate/dispatcher/balancer"
+	"github.com/tiergate/tiergate/dispatcher/fleet"
 	"github.com/tiergate/tiergate/dispatcher/metrics"
 	"github.com/tiergate/tiergate/dispatcher/policy"
 	"github.com/tiergate/tiergate/dispatcher/queue"
@@ -45,8 +46,10 @@ type Config struct {
 	ReadHeaderTimeout time.Duration // default 10s
 	IdleTimeout       time.Duration // default 120s
 	MaxHeaderBytes    int           // default 64 KiB
-	// Gate shares counts across a fleet; nil is local mode.
-	Gate queue.Gate
+	// Fleet is fleet mode: with a redis:// or rediss:// URL the queue
+	// shares its counts through Redis (dispatcher/fleet); the zero value or
+	// URL "local" is local mode.
+	Fleet fleet.Config
 	// Transport reaches the backends; nil is server.NewTransport().
 	Transport http.RoundTripper
 	Clock     clock.WithDelayedExecution // default the real clock
@@ -110,16 +113,11 @@ func (c *Config) validate() error {
 	return errors.Join(errs...)
 }
 
-// PolicyObserver is implemented by a Gate that needs each applied policy
-// (for example to learn its pool name).
-type PolicyObserver interface {
-	ObservePolicy(p *policy.Policy)
-}
-
 // Dispatcher is one dispatcher process's state.
 type Dispatcher struct {
 	cfg   Config
 	q     *queue.Queue
+	gate  *fleet.Redis // nil in local mode
 	bal   *balancer.Balancer
 	m     *metrics.Metrics
 	srv   *server.Server
@@ -129,50 +127,51 @@ type Dispatcher struct {
 	pol atomic.Pointer[policy.Policy]
 }
 
-// New builds a dispatcher; it serves nothing until Serve.
+// New builds a dispatcher; it serves nothing until Serve. In fleet mode it
+// builds the Redis gate (no connection yet), which Serve starts and closes.
 func New(cfg Config) (*Dispatcher, error) {
 	cfg.defaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
 	d := &Dispatcher{cfg: cfg, bal: balancer.New()}
-	var opts []queue.Option
-	if cfg.Gate != nil {
-		opts = append(opts, queue.WithGate(cfg.Gate))
-	}
-	d.q = queue.New(cfg.Clock, opts...)
-	m, err := metrics.New(cfg.Registry, d.levels)
-	if err != nil {
-		return nil, err
-	}
-	d.m = m
-	// A fleet-mode Gate exports its own metrics (tiergate_state_*).
-	if c, ok := cfg.Gate.(prometheus.Collector); ok {
-		if err := cfg.Registry.Register(c); err != nil {
-			return nil, err
+	if err := d.build(); err != nil {
+		if d.gate != nil {
+			_ = d.gate.Close()
 		}
-	}
-	d.srv, err = server.New(server.Config{
-		MaxBodyBytes: cfg.MaxBodyBytes, BodyTimeout: cfg.BodyTimeout, Transport: cfg.Transport, Log: cfg.Log.WithName("data"),
-	}, d.q, d.bal, d.m)
-	if err != nil {
-		return nil, err
-	}
-	d.admin, err = admin.New(admin.Config{Token: cfg.AdminToken, Gatherer: cfg.Registry, Log: cfg.Log.WithName("admin")}, d)
-	if err != nil {
 		return nil, err
 	}
 	return d, nil
 }
 
-// Queue is the dispatcher's queue (for a fleet-mode Gate's Kick).
-func (d *Dispatcher) Queue() *queue.Queue { return d.q }
-
-// DataHandler serves the data port.
-func (d *Dispatcher) DataHandler() http.Handler { return d.srv }
-
-// AdminHandler serves the admin port.
-func (d *Dispatcher) AdminHandler() http.Handler { return d.admin }
+// build makes the queue (behind the fleet's Gate in fleet mode), the
+// metrics, the data path and the admin API.
+func (d *Dispatcher) build() error {
+	cfg := d.cfg
+	var opts []queue.Option
+	if !fleet.IsLocal(cfg.Fleet.URL) {
+		g, err := fleet.New(cfg.Fleet, fleet.WithLogger(cfg.Log.WithName("state")), fleet.WithRegisterer(cfg.Registry))
+		if err != nil {
+			return err
+		}
+		d.gate = g
+		opts = append(opts, queue.WithGate(g))
+	}
+	d.q = queue.New(cfg.Clock, opts...)
+	m, err := metrics.New(cfg.Registry, d.levels)
+	if err != nil {
+		return err
+	}
+	d.m = m
+	d.srv, err = server.New(server.Config{
+		MaxBodyBytes: cfg.MaxBodyBytes, BodyTimeout: cfg.BodyTimeout, Transport: cfg.Transport, Log: cfg.Log.WithName("data"),
+	}, d.q, d.bal, d.m)
+	if err != nil {
+		return err
+	}
+	d.admin, err = admin.New(admin.Config{Token: cfg.AdminToken, Gatherer: cfg.Registry, Log: cfg.Log.WithName("admin")}, d)
+	return err
+}
 
 // Apply switches to p, which must be valid. An older version than the
 // applied one is refused with policy.ErrStaleVersion; the same version is
@@ -186,6 +185,9 @@ func (d *Dispatcher) Apply(p *policy.Policy) (policy.Ack, error) {
 		}
 	}
 	d.bal.Update(p.Backends)
+	if d.gate != nil {
+		d.gate.ObservePolicy(p) // the pool and mode of the queue's next exchanges
+	}
 	d.q.UpdatePolicy(p)
 	d.srv.SetPolicy(p)
 	tiers := make([]string, len(p.Tiers))
@@ -193,9 +195,6 @@ func (d *Dispatcher) Apply(p *policy.Policy) (policy.Ack, error) {
 		tiers[i] = t.Name
 	}
 	d.m.SetTiers(p.Pool, tiers)
-	if o, ok := d.cfg.Gate.(PolicyObserver); ok {
-		o.ObservePolicy(p)
-	}
 	d.pol.Store(p)
 	d.cfg.Log.Info("applied policy", "version", p.Version, "pool", p.Pool, "slots", p.Slots, "tiers", len(p.Tiers), "tenants", len(p.Tenants), "backends", len(p.Backends))
 	return policy.Ack{Version: p.Version, Stats: d.q.Stats().Measured()}, nil
@@ -250,35 +249,33 @@ func (d *Dispatcher) levels() metrics.Snapshot {
 	return s
 }
 
-// Run listens on the configured addresses and serves until ctx ends, then
-// drains. It returns nil after a clean drain.
-func Run(ctx context.Context, cfg Config) error {
-	d, err := New(cfg)
-	if err != nil {
-		return err
-	}
-	return d.ListenAndServe(ctx)
-}
-
 // ListenAndServe listens on Config.Listen and Config.AdminListen and calls
 // Serve.
 func (d *Dispatcher) ListenAndServe(ctx context.Context) error {
 	data, err := net.Listen("tcp", d.cfg.Listen)
 	if err != nil {
+		d.closeGate()
 		return fmt.Errorf("data port: %w", err)
 	}
 	adm, err := net.Listen("tcp", d.cfg.AdminListen)
 	if err != nil {
 		data.Close()
+		d.closeGate()
 		return fmt.Errorf("admin port: %w", err)
 	}
 	return d.Serve(ctx, data, adm)
 }
 
 // Serve serves the data port on data and the admin port on adm until ctx
-// ends, then drains (see the package doc). It closes both listeners.
+// ends, then drains (see the package doc). It closes both listeners and,
+// in fleet mode, starts the Gate with the queue's Kick as its wake-up and
+// closes it after the drain. Call it once.
 func (d *Dispatcher) Serve(ctx context.Context, data, adm net.Listener) error {
 	log := d.cfg.Log
+	defer d.closeGate()
+	if d.gate != nil {
+		d.gate.Start(d.q.Kick)
+	}
 	if d.cfg.PolicyFile != "" {
 		if err := d.loadFile(nil); err != nil {
 			data.Close()
@@ -325,6 +322,15 @@ func (d *Dispatcher) Serve(ctx context.Context, data, adm net.Listener) error {
 		return serveErr
 	}
 	return nil
+}
+
+// closeGate gives back what the fleet's Gate holds and leaves the fleet.
+func (d *Dispatcher) closeGate() {
+	if d.gate != nil {
+		if err := d.gate.Close(); err != nil {
+			d.cfg.Log.V(1).Info("closing the Redis connection", "error", err.Error())
+		}
+	}
 }
 
 func serve(s *http.Server, ln net.Listener) error {

@@ -4,17 +4,26 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
 	"go.uber.org/goleak"
 
+	"github.com/tiergate/tiergate/dispatcher/fleet"
 	"github.com/tiergate/tiergate/dispatcher/policy"
+	"github.com/tiergate/tiergate/internal/redistest"
+	"github.com/tiergate/tiergate/internal/testutil"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -102,7 +111,8 @@ func TestServeFileAndDrain(t *testing.T) {
 		}
 	}
 	write(pol(1, 1))
-	d, err := New(Config{PolicyFile: file, PolicyPollInterval: 10 * time.Millisecond, DrainTimeout: time.Second, Log: logr.Discard()})
+	logs := &logLines{}
+	d, err := New(Config{PolicyFile: file, PolicyPollInterval: 10 * time.Millisecond, DrainTimeout: time.Second, Log: logs.logger()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,21 +121,26 @@ func TestServeFileAndDrain(t *testing.T) {
 	done := make(chan error)
 	go func() { done <- d.Serve(ctx, data, adm) }()
 
-	wait := func(what string, cond func() bool) {
-		t.Helper()
-		deadline := time.Now().Add(5 * time.Second)
-		for !cond() {
-			if time.Now().After(deadline) {
-				t.Fatalf("timed out: %s", what)
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
+	logs.wait(t, `"msg"="serving"`)
+	if p := d.Policy(); p == nil || p.Version != 1 {
+		t.Fatalf("policy %v once serving, want v1", p)
 	}
-	wait("v1 loaded", func() bool { p := d.Policy(); return p != nil && p.Version == 1 })
-	write(pol(2, 3))
-	wait("v2 loaded", func() bool { return d.Policy().Version == 2 })
+	// The watcher hashes the file when it starts, which may be after this
+	// edit: each try writes the same policy with one more trailing space.
+	edit := ""
+	testutil.EventuallyTrue(t, 5*time.Second, "v2 applied", func() bool {
+		if d.Policy().Version == 2 {
+			return true
+		}
+		b, _ := json.Marshal(pol(2, 3))
+		edit += " "
+		if err := os.WriteFile(file, append(b, edit...), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return false
+	})
 	write(map[string]any{"version": 3, "bogus": true})
-	time.Sleep(50 * time.Millisecond)
+	logs.wait(t, "keeping the previous policy")
 	if v := d.Policy().Version; v != 2 {
 		t.Errorf("version %d after a bad edit", v)
 	}
@@ -168,26 +183,222 @@ func TestServeRefusesBadPolicyFile(t *testing.T) {
 	}
 }
 
-func TestOpenState(t *testing.T) {
+func TestFleetConfig(t *testing.T) {
 	tests := map[string]struct {
-		state   string
+		url     string
 		wantErr string
 	}{
-		"local":          {state: "local"},
-		"empty is local": {state: ""},
-		"unknown scheme": {state: "etcd://x:1", wantErr: `--state: no shared-state backend for scheme "etcd" in this build`},
-		"not a URL":      {state: "redis", wantErr: `--state must be "local" or a URL such as redis://host:6379, got "redis"`},
+		"local":          {url: "local"},
+		"empty is local": {url: ""},
+		"unknown scheme": {url: "etcd://x:1", wantErr: `fleet: invalid configuration: --state "etcd://x:1": want "local", redis://host:port/db or rediss://host:port/db`},
+		"not a URL":      {url: "redis", wantErr: `fleet: invalid configuration: --state "redis": want "local", redis://host:port/db or rediss://host:port/db`},
+		"no host":        {url: "redis:///0", wantErr: `fleet: invalid configuration: --state "redis:///0": no host`},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			g, c, err := OpenState(context.Background(), tc.state, func() {}, logr.Discard())
+			d, err := New(Config{Fleet: fleet.Config{URL: tc.url}, Log: logr.Discard()})
 			got := ""
 			if err != nil {
 				got = err.Error()
 			}
-			if got != tc.wantErr || g != nil || c != nil {
-				t.Errorf("got %v %v %q, want %q", g, c, got, tc.wantErr)
+			if got != tc.wantErr {
+				t.Fatalf("err %q, want %q", got, tc.wantErr)
+			}
+			if err == nil && d.gate != nil {
+				t.Errorf("local mode built a Gate")
 			}
 		})
 	}
+}
+
+// TestServeInFleetMode serves a Redis-mode policy against a real
+// redis-server: Serve starts the Gate (the dispatcher registers in Redis),
+// a request is admitted through it, and after the drain the Gate has left
+// the fleet and stopped every goroutine (TestMain checks).
+func TestServeInFleetMode(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	file := filepath.Join(t.TempDir(), "policy.json")
+	p := pol(1, 1)
+	p.Pool, p.SharedState = "ns/p", policy.StateRedis
+	b, _ := json.Marshal(p)
+	if err := os.WriteFile(file, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d, err := New(Config{PolicyFile: file, Fleet: fleet.Config{URL: rs.URL(0), DispatcherID: "d1"}, DrainTimeout: time.Second, Log: logr.Discard()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- d.Serve(ctx, listen(t), listen(t)) }()
+	dispatchers := func() string { return strings.TrimSpace(rs.CLI("", "ZRANGE", "tg:{ns/p}:dispatchers", "0", "-1")) }
+	testutil.EventuallyTrue(t, 5*time.Second, "d1 registered in Redis", func() bool { return dispatchers() == "d1" })
+	h, err := d.q.Admit("a", "free")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Wait(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.TrimSpace(rs.CLI("", "ZCARD", "tg:{ns/p}:slots")); n != "1" {
+		t.Errorf("slots in Redis: %s, want 1", n)
+	}
+	h.Release()
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if got := dispatchers(); got != "" {
+		t.Errorf("dispatchers after the drain: %q", got)
+	}
+	if n := strings.TrimSpace(rs.CLI("", "ZCARD", "tg:{ns/p}:slots")); n != "0" {
+		t.Errorf("slots in Redis after the drain: %s", n)
+	}
+}
+
+// logLines is a logger whose lines a test waits for: the events of the
+// dispatcher's lifecycle.
+type logLines struct {
+	mu    sync.Mutex
+	lines []string
+	seen  int
+	more  chan struct{}
+}
+
+func (l *logLines) logger() logr.Logger {
+	l.more = make(chan struct{}, 1)
+	return funcr.New(func(prefix, args string) {
+		l.mu.Lock()
+		l.lines = append(l.lines, prefix+" "+args)
+		l.mu.Unlock()
+		select {
+		case l.more <- struct{}{}:
+		default:
+		}
+	}, funcr.Options{})
+}
+
+// wait returns once a line after the last one waited for contains s.
+func (l *logLines) wait(t *testing.T, s string) {
+	t.Helper()
+	timeout := time.After(5 * time.Second)
+	for {
+		l.mu.Lock()
+		for i := l.seen; i < len(l.lines); i++ {
+			if strings.Contains(l.lines[i], s) {
+				l.seen = i + 1
+				l.mu.Unlock()
+				return
+			}
+		}
+		lines := append([]string(nil), l.lines...)
+		l.mu.Unlock()
+		select {
+		case <-l.more:
+		case <-timeout:
+			t.Fatalf("no log line with %q; got:\n%s", s, strings.Join(lines, "\n"))
+		}
+	}
+}
+
+// TestStalledRedisStallsNoScrape freezes the dispatcher's Redis (SIGSTOP)
+// while two requests wait in it for their queued places: /metrics,
+// /v1/stats and /readyz keep answering, and the metrics show both round
+// trips in flight at once (admission is not serialised). When Redis thaws
+// both requests are served.
+func TestStalledRedisStallsNoScrape(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = io.WriteString(w, "served")
+	}))
+	defer backend.Close()
+	p := pol(1, 2)
+	p.Pool, p.SharedState = "ns/stall", policy.StateRedis
+	p.Backends = []policy.Backend{{Address: strings.TrimPrefix(backend.URL, "http://"), Scheme: "http"}}
+	b, _ := json.Marshal(p)
+	file := filepath.Join(t.TempDir(), "policy.json")
+	if err := os.WriteFile(file, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// Op timeouts beyond the test: Redis stalls, it does not fail.
+	d, err := New(Config{
+		PolicyFile: file, AdminToken: []byte("tok"), DrainTimeout: time.Second, Log: logr.Discard(),
+		Fleet: fleet.Config{URL: rs.URL(0), DispatcherID: "d1", OpTimeout: time.Minute, LeaseTTL: time.Minute, RenewInterval: 20 * time.Second},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, adm := listen(t), listen(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- d.Serve(ctx, data, adm) }()
+	admin := "http://" + adm.Addr().String()
+	testutil.EventuallyTrue(t, 5*time.Second, "registered in Redis", func() bool {
+		return strings.TrimSpace(rs.CLI("", "ZCARD", "tg:{ns/stall}:dispatchers")) == "1"
+	})
+	inFlight := func() string { return metricLine(t, admin, "tiergate_state_ops_in_flight") }
+	testutil.EventuallyTrue(t, 5*time.Second, "the first renewal done", func() bool { return inFlight() == "0" })
+
+	rs.Pause()
+	defer rs.Resume()
+	served := make(chan string, 2)
+	for _, tenant := range []string{"a", "b"} {
+		go func() {
+			req, _ := http.NewRequest(http.MethodPost, "http://"+data.Addr().String()+"/v1/completions", strings.NewReader("{}"))
+			req.Header.Set("X-Tenant-ID", tenant)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				served <- err.Error()
+				return
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			served <- fmt.Sprint(resp.StatusCode, " ", string(body))
+		}()
+	}
+	testutil.EventuallyTrue(t, 5*time.Second, "both enqueues in Redis at once", func() bool { return inFlight() == "2" })
+	for _, path := range []string{"/v1/stats", "/readyz", "/metrics"} {
+		req, _ := http.NewRequest(http.MethodGet, admin+path, nil)
+		req.Header.Set("Authorization", "Bearer tok")
+		c := &http.Client{Timeout: 2 * time.Second}
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatalf("GET %s while Redis stalls: %v", path, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("GET %s while Redis stalls: %d", path, resp.StatusCode)
+		}
+	}
+
+	rs.Resume()
+	for range 2 {
+		if got := <-served; got != "200 served" {
+			t.Errorf("request after Redis thawed: %q", got)
+		}
+	}
+	http.DefaultClient.CloseIdleConnections()
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// metricLine is the value of an unlabelled metric on the admin port.
+func metricLine(t *testing.T, admin, name string) string {
+	t.Helper()
+	c := &http.Client{Timeout: 2 * time.Second}
+	resp, err := c.Get(admin + "/metrics")
+	if err != nil {
+		t.Fatalf("GET /metrics: %v", err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, name+" "); ok {
+			return v
+		}
+	}
+	t.Fatalf("no %s on /metrics", name)
+	return ""
 }

@@ -15,9 +15,10 @@
 // answers (503) until the last one has, then both servers close and Serve
 // returns nil.
 //
-// Fleet mode plugs in through a queue.Gate (Config.Gate, or a --state URL
-// scheme registered with RegisterState). A Gate that also implements
-// PolicyObserver is told about every applied policy.
+// Fleet mode (Config.Fleet with a redis:// URL): New builds the Redis gate
+// of dispatcher/fleet and puts it in front of the queue; Apply tells it
+// each policy before the queue applies it; Serve starts it with the
+// queue's Kick as its wake-up and closes it after the drain.
 //
 // Concurrency: Apply is serialised; everything else is safe for concurrent
 // use. The policy-file watcher is one goroutine driven by a ticker.

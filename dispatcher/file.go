@@ -1,12 +1,14 @@
 package dispatcher
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"fmt"
 	"os"
 	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/utils/clock"
 
 	"github.com/tiergate/tiergate/dispatcher/policy"
 )
@@ -15,51 +17,90 @@ import (
 // nil, is the hash of the content applied before: an unchanged file is
 // skipped, and the new hash is stored there.
 func (d *Dispatcher) loadFile(last *[sha256.Size]byte) error {
-	data, err := os.ReadFile(d.cfg.PolicyFile)
+	_, err := loadPolicyFile(d.cfg.PolicyFile, last, d.Apply)
+	return err
+}
+
+// loadPolicyFile is loadFile for any path and apply function; changed says
+// whether the content differed from *last.
+func loadPolicyFile(path string, last *[sha256.Size]byte, apply func(*policy.Policy) (policy.Ack, error)) (changed bool, err error) {
+	data, err := os.ReadFile(path)
 	if err != nil {
-		return fmt.Errorf("policy file: %w", err)
+		return false, fmt.Errorf("policy file: %w", err)
 	}
 	sum := sha256.Sum256(data)
 	if last != nil {
-		if bytes.Equal(sum[:], last[:]) {
-			return nil
+		if sum == *last {
+			return false, nil
 		}
 		// Remember even a bad edit, so it is reported once, not every tick.
 		*last = sum
 	}
 	p, err := policy.DecodeAndValidate(data)
 	if err != nil {
-		return fmt.Errorf("policy file %s: %w", d.cfg.PolicyFile, err)
+		return true, fmt.Errorf("policy file %s: %w", path, err)
 	}
-	if _, err := d.Apply(p); err != nil {
-		return fmt.Errorf("policy file %s: %w", d.cfg.PolicyFile, err)
+	if _, err := apply(p); err != nil {
+		return true, fmt.Errorf("policy file %s: %w", path, err)
 	}
-	return nil
+	return true, nil
 }
 
-// watchFile re-reads the policy file every PolicyPollInterval and applies
-// it when its content changed. A bad edit keeps the previous policy and
-// is logged. Polling the content (rather than inotify) also follows the
-// symlink swaps of a Kubernetes ConfigMap volume.
+// watchFile re-reads the policy file every PolicyPollInterval, on the
+// dispatcher's clock, until ctx ends.
 func (d *Dispatcher) watchFile(ctx context.Context) {
-	log := d.cfg.Log.WithValues("file", d.cfg.PolicyFile)
+	w := &fileWatcher{
+		path: d.cfg.PolicyFile, interval: d.cfg.PolicyPollInterval, clock: d.cfg.Clock,
+		apply: d.Apply, log: d.cfg.Log.WithValues("file", d.cfg.PolicyFile),
+	}
+	w.run(ctx)
+}
+
+// fileWatcher applies the policy file whenever its content changes. A bad
+// edit keeps the previous policy and is logged once. Polling the content
+// (rather than inotify) also follows the symlink swaps of a Kubernetes
+// ConfigMap volume.
+type fileWatcher struct {
+	path     string
+	interval time.Duration
+	clock    clock.Clock
+	apply    func(*policy.Policy) (policy.Ack, error)
+	log      logr.Logger
+	// polled, when set (tests), hears each poll's outcome once the next
+	// poll's timer is armed, and a zero outcome once the first one is.
+	polled func(changed bool, err error)
+}
+
+// run polls until ctx ends. The content present when it starts counts as
+// applied (Serve applied it).
+func (w *fileWatcher) run(ctx context.Context) {
 	var last [sha256.Size]byte
-	if data, err := os.ReadFile(d.cfg.PolicyFile); err == nil {
+	if data, err := os.ReadFile(w.path); err == nil {
 		last = sha256.Sum256(data)
 	}
-	t := time.NewTicker(d.cfg.PolicyPollInterval)
+	t := w.clock.NewTimer(w.interval)
 	defer t.Stop()
+	w.report(false, nil)
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
-			before := last
-			if err := d.loadFile(&last); err != nil {
-				log.Error(err, "keeping the previous policy")
-			} else if last != before {
-				log.Info("policy file changed and was applied")
-			}
+		case <-t.C():
 		}
+		changed, err := loadPolicyFile(w.path, &last, w.apply)
+		t.Reset(w.interval)
+		switch {
+		case err != nil:
+			w.log.Error(err, "keeping the previous policy")
+		case changed:
+			w.log.Info("policy file changed and was applied")
+		}
+		w.report(changed, err)
+	}
+}
+
+func (w *fileWatcher) report(changed bool, err error) {
+	if w.polled != nil {
+		w.polled(changed, err)
 	}
 }

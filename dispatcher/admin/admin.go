@@ -31,14 +31,15 @@ type Dispatcher interface {
 	Ready() (bool, string)
 }
 
-// DefaultMaxPolicyBytes bounds a pushed policy.
-const DefaultMaxPolicyBytes = 8 << 20
+// defaultMaxPolicyBytes bounds a pushed policy.
+const defaultMaxPolicyBytes = 8 << 20
 
 // Config of the admin handler.
 type Config struct {
 	// Token is the bearer token; empty disables the /v1 endpoints.
-	Token          []byte
-	Gatherer       prometheus.Gatherer
+	Token    []byte
+	Gatherer prometheus.Gatherer
+	// MaxPolicyBytes bounds a pushed policy; 0 is 8 MiB.
 	MaxPolicyBytes int64
 	Log            logr.Logger
 }
@@ -52,7 +53,7 @@ type handler struct {
 // New returns the admin port's handler.
 func New(cfg Config, d Dispatcher) (http.Handler, error) {
 	if cfg.MaxPolicyBytes == 0 {
-		cfg.MaxPolicyBytes = DefaultMaxPolicyBytes
+		cfg.MaxPolicyBytes = defaultMaxPolicyBytes
 	}
 	if cfg.MaxPolicyBytes < 0 {
 		return nil, fmt.Errorf("admin: MaxPolicyBytes must be > 0, got %d", cfg.MaxPolicyBytes)
@@ -74,32 +75,10 @@ func New(cfg Config, d Dispatcher) (http.Handler, error) {
 	return mux, nil
 }
 
-// Error types of the admin API.
-const (
-	TypeUnauthenticated = "unauthenticated"
-	TypeInvalidPolicy   = "invalid_policy"
-	TypeStaleVersion    = "stale_version"
-	TypeBodyTooLarge    = "body_too_large"
-	TypeNoPolicy        = "no_policy"
-)
-
-// ErrorBody is the admin API's error shape.
-type ErrorBody struct {
-	Error ErrorDetail `json:"error"`
-}
-
-// ErrorDetail is the inner error object.
-type ErrorDetail struct {
-	Type           string              `json:"type"`
-	Message        string              `json:"message"`
-	Errors         []policy.FieldError `json:"errors,omitempty"`
-	CurrentVersion *int64              `json:"current_version,omitempty"`
-}
-
 func writeJSON(w http.ResponseWriter, code int, v any) {
 	b, err := json.Marshal(v)
 	if err != nil {
-		code, b = http.StatusInternalServerError, []byte(`{"error":{"type":"internal","message":"could not encode the answer"}}`)
+		code, b = http.StatusInternalServerError, []byte(`{"error":{"type":"`+string(policy.AdminInternal)+`","message":"could not encode the answer"}}`)
 	}
 	b = append(b, '\n')
 	w.Header().Set("Content-Type", "application/json")
@@ -108,15 +87,15 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	_, _ = w.Write(b)
 }
 
-func writeError(w http.ResponseWriter, code int, d ErrorDetail) {
-	writeJSON(w, code, ErrorBody{Error: d})
+func writeError(w http.ResponseWriter, code int, d policy.AdminErrorDetail) {
+	writeJSON(w, code, policy.AdminErrorBody{Error: d})
 }
 
 func (h *handler) auth(next http.HandlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		deny := func(msg string) {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="tiergate-admin"`)
-			writeError(w, http.StatusUnauthorized, ErrorDetail{Type: TypeUnauthenticated, Message: msg})
+			writeError(w, http.StatusUnauthorized, policy.AdminErrorDetail{Type: policy.AdminUnauthenticated, Message: msg})
 		}
 		if len(h.cfg.Token) == 0 {
 			deny("the admin API is disabled: the dispatcher was started without --admin-token-file")
@@ -142,16 +121,16 @@ func (h *handler) putPolicy(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
-			writeError(w, http.StatusRequestEntityTooLarge, ErrorDetail{Type: TypeBodyTooLarge,
+			writeError(w, http.StatusRequestEntityTooLarge, policy.AdminErrorDetail{Type: policy.AdminBodyTooLarge,
 				Message: fmt.Sprintf("the policy is larger than %d bytes", h.cfg.MaxPolicyBytes)})
 			return
 		}
-		writeError(w, http.StatusBadRequest, ErrorDetail{Type: TypeInvalidPolicy, Message: "could not read the body: " + err.Error()})
+		writeError(w, http.StatusBadRequest, policy.AdminErrorDetail{Type: policy.AdminInvalidPolicy, Message: "could not read the body: " + err.Error()})
 		return
 	}
 	p, err := policy.DecodeAndValidate(data)
 	if err != nil {
-		d := ErrorDetail{Type: TypeInvalidPolicy, Message: err.Error() + "; the previous policy stays"}
+		d := policy.AdminErrorDetail{Type: policy.AdminInvalidPolicy, Message: err.Error() + "; the previous policy stays"}
 		var verrs policy.ValidationErrors
 		if errors.As(err, &verrs) {
 			d.Message = fmt.Sprintf("the policy has %d error(s); the previous policy stays", len(verrs))
@@ -168,12 +147,12 @@ func (h *handler) putPolicy(w http.ResponseWriter, r *http.Request) {
 			if c := h.d.Policy(); c != nil {
 				cur = c.Version
 			}
-			writeError(w, http.StatusConflict, ErrorDetail{Type: TypeStaleVersion,
+			writeError(w, http.StatusConflict, policy.AdminErrorDetail{Type: policy.AdminStaleVersion,
 				Message:        fmt.Sprintf("policy version %d is older than the applied version %d", p.Version, cur),
 				CurrentVersion: &cur})
 			return
 		}
-		writeError(w, http.StatusInternalServerError, ErrorDetail{Type: "internal", Message: err.Error()})
+		writeError(w, http.StatusInternalServerError, policy.AdminErrorDetail{Type: policy.AdminInternal, Message: err.Error()})
 		return
 	}
 	writeJSON(w, http.StatusOK, ack)
@@ -182,7 +161,7 @@ func (h *handler) putPolicy(w http.ResponseWriter, r *http.Request) {
 func (h *handler) getPolicy(w http.ResponseWriter, _ *http.Request) {
 	p := h.d.Policy()
 	if p == nil {
-		writeError(w, http.StatusNotFound, ErrorDetail{Type: TypeNoPolicy, Message: "no policy has been applied yet"})
+		writeError(w, http.StatusNotFound, policy.AdminErrorDetail{Type: policy.AdminNoPolicy, Message: "no policy has been applied yet"})
 		return
 	}
 	writeJSON(w, http.StatusOK, p)

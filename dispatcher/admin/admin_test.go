@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -60,6 +61,7 @@ func TestHandler(t *testing.T) {
 		method, path, token, body string
 		wantCode                  int
 		wantBody                  string
+		wantVersion               int64 // of the Policy a GET answers
 	}
 	tests := map[string]struct {
 		token []byte
@@ -76,7 +78,13 @@ func TestHandler(t *testing.T) {
 				{method: "GET", path: "/readyz", wantCode: 200, wantBody: "ok\n"},
 				{method: "PUT", path: "/v1/policy", token: "s3cret", body: fmt.Sprintf(validPolicy, 2), wantCode: 409,
 					wantBody: `{"error":{"type":"stale_version","message":"policy version 2 is older than the applied version 3","current_version":3}}`},
-				{method: "PUT", path: "/v1/policy", token: "s3cret", body: `{"version":4,"slots":-1}`, wantCode: 400},
+				{method: "PUT", path: "/v1/policy", token: "s3cret", body: `{"version":4,"slots":-1}`, wantCode: 400,
+					wantBody: `{"error":{"type":"invalid_policy","message":"the policy has 4 error(s); the previous policy stays","errors":[` +
+						`{"field":"slots","message":"must be \u003e= 0, got -1"},{"field":"ageingRate","message":"must be a finite number \u003e 0, got 0"},` +
+						`{"field":"authentication.mode","message":"must be \"TrustedHeader\" or \"APIKey\", got \"\""},{"field":"tiers","message":"at least one tier is required"}]}}`},
+				{method: "PUT", path: "/v1/policy", token: "s3cret", body: `{"version":4,"bogus":1}`, wantCode: 400,
+					wantBody: `{"error":{"type":"invalid_policy","message":"policy: decode: json: unknown field \"bogus\"; the previous policy stays"}}`},
+				{method: "GET", path: "/v1/policy", token: "s3cret", wantCode: 200, wantVersion: 3},
 				{method: "GET", path: "/v1/stats", token: "s3cret", wantCode: 200, wantBody: `{"queued":3}`},
 				{method: "GET", path: "/healthz", wantCode: 200, wantBody: "ok\n"},
 			},
@@ -118,6 +126,12 @@ func TestHandler(t *testing.T) {
 				if st.wantBody != "" {
 					if diff := cmp.Diff(st.wantBody, strings.TrimSuffix(rec.Body.String(), "\n")+suffix(st.wantBody)); diff != "" {
 						t.Errorf("step %d (-want +got)\n%s", i, diff)
+					}
+				}
+				if st.wantVersion != 0 {
+					var p policy.Policy
+					if err := json.Unmarshal(rec.Body.Bytes(), &p); err != nil || p.Version != st.wantVersion {
+						t.Errorf("step %d: policy %s (%v), want version %d", i, rec.Body, err, st.wantVersion)
 					}
 				}
 				if st.wantCode == http.StatusUnauthorized && rec.Header().Get("WWW-Authenticate") != `Bearer realm="tiergate-admin"` {

@@ -9,8 +9,9 @@
 //	GET /readyz      200 only with a policy and not draining, else 503
 //	GET /metrics     Prometheus
 //
-// Errors use {"error":{"type":"…","message":"…"}}, plus "errors" (a list
-// of {field, message}) for an invalid policy and "current_version" for a
+// Every error answer is a policy.AdminErrorBody, the type the push client
+// reads: {"error":{"type":"…","message":"…"}}, plus "errors" (a list of
+// {field, message}) for an invalid policy and "current_version" for a
 // stale one.
 //
 // Concurrency: the handler is stateless apart from the token, which is

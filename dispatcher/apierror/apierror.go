@@ -9,23 +9,34 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/tiergate/tiergate/dispatcher/identity"
 	"github.com/tiergate/tiergate/dispatcher/queue"
 )
 
-// Types: the "type" of the JSON body and the cause label of the metrics.
-const (
-	TypeCapacity        = "capacity"        // 429
-	TypeTenantLimit     = "tenant_limit"    // 429
-	TypeUnauthenticated = "unauthenticated" // 401
-	TypeUnknownTenant   = "unknown_tenant"  // 403
-	TypeUnavailable     = "unavailable"     // 503
-	TypeDraining        = "draining"        // 503
-	TypeQueueTimeout    = "queue_timeout"   // 504
-	TypeBodyTooLarge    = "body_too_large"  // 413
-	TypeBadRequest      = "bad_request"     // 400: malformed credentials or body
-	TypeRequestTimeout  = "request_timeout" // 408: the body arrived too slowly
-	TypeBackendError    = "backend_error"   // 502
-)
+// statuses is the HTTP status of each refusal cause (queue.Causes); this
+// table is the only place that decides it.
+var statuses = map[string]int{
+	queue.CauseCapacity:        http.StatusTooManyRequests,
+	queue.CauseTenantLimit:     http.StatusTooManyRequests,
+	queue.CauseUnauthenticated: http.StatusUnauthorized,
+	queue.CauseUnknownTenant:   http.StatusForbidden,
+	queue.CauseUnavailable:     http.StatusServiceUnavailable,
+	queue.CauseDraining:        http.StatusServiceUnavailable,
+	queue.CauseQueueTimeout:    http.StatusGatewayTimeout,
+	queue.CauseBodyTooLarge:    http.StatusRequestEntityTooLarge,
+	queue.CauseBadRequest:      http.StatusBadRequest,
+	queue.CauseRequestTimeout:  http.StatusRequestTimeout,
+	queue.CauseBackendError:    http.StatusBadGateway,
+}
+
+// statusOf is the HTTP status of a cause; 500 for one that statuses lacks,
+// which TestEveryCauseHasAStatus rules out.
+func statusOf(cause string) int {
+	if s, ok := statuses[cause]; ok {
+		return s
+	}
+	return http.StatusInternalServerError
+}
 
 // Header names of the refusal contract.
 const (
@@ -38,8 +49,10 @@ const (
 
 // Error is one refusal. Write sends it.
 type Error struct {
-	Status  int
-	Type    string
+	Status int
+	// Cause is one of queue.Causes: the body's "type" and the metrics'
+	// cause label.
+	Cause   string
 	Message string
 	Tier    string
 	// Position is the 1-based queue position; 0 leaves out X-Queue-Position.
@@ -48,7 +61,11 @@ type Error struct {
 	RetryAfter time.Duration
 }
 
-func (e *Error) Error() string { return e.Type + ": " + e.Message }
+func (e *Error) Error() string { return e.Cause + ": " + e.Message }
+
+func newError(cause, tier, msg string) *Error {
+	return &Error{Status: statusOf(cause), Cause: cause, Tier: tier, Message: msg}
+}
 
 // body is the JSON shape; every field is always present so clients can
 // parse every refusal the same way.
@@ -77,7 +94,7 @@ func (e *Error) RetryAfterSeconds() int {
 func (e *Error) Write(w http.ResponseWriter) {
 	ra := e.RetryAfterSeconds()
 	b, _ := json.Marshal(body{Error: bodyError{
-		Type: e.Type, Message: e.Message, Tier: e.Tier, QueuePosition: e.Position, RetryAfterSeconds: ra,
+		Type: e.Cause, Message: e.Message, Tier: e.Tier, QueuePosition: e.Position, RetryAfterSeconds: ra,
 	}})
 	b = append(b, '\n')
 	h := w.Header()
@@ -111,86 +128,103 @@ func FromQueue(err error, tenant, tier string, tierWait, clientTimeout time.Dura
 	var ref *queue.Refusal
 	switch {
 	case errors.As(err, &ref):
-		e := &Error{Status: http.StatusTooManyRequests, Tier: tier, Position: ref.Position, RetryAfter: ref.RetryAfter}
-		if errors.Is(ref.Cause, queue.ErrTenantLimit) {
-			e.Type = TypeTenantLimit
-			e.Message = fmt.Sprintf("tenant %q has as many requests queued as tier %q allows one tenant; retry after %ds", tenant, tier, e.RetryAfterSeconds())
-		} else {
-			e.Type = TypeCapacity
-			e.Message = fmt.Sprintf("the queue of tier %q is full; retry after %ds", tier, e.RetryAfterSeconds())
-		}
-		return e
+		return fromRefusal(ref, tenant, tier)
 	case errors.Is(err, queue.ErrUnknownTier):
-		return UnknownTenant(tenant)
+		return unknownTenant(tenant)
 	case errors.Is(err, queue.ErrNoPolicy):
 		return NoPolicy()
 	case errors.Is(err, queue.ErrNoCapacity):
-		return &Error{Status: http.StatusServiceUnavailable, Type: TypeUnavailable, Tier: tier,
-			RetryAfter: max(tierWait, time.Second),
-			Message:    "the pool has no capacity right now (no ready backends)"}
+		e := newError(queue.CauseUnavailable, tier, "the pool has no capacity right now (no ready backends)")
+		e.RetryAfter = max(tierWait, time.Second)
+		return e
 	case errors.Is(err, queue.ErrDraining), errors.Is(err, queue.ErrDrained):
 		e := Draining()
 		e.Tier = tier
 		return e
 	case errors.Is(err, queue.ErrExpired):
-		return &Error{Status: http.StatusGatewayTimeout, Type: TypeQueueTimeout, Tier: tier,
-			Message: fmt.Sprintf("the request waited in the queue of tier %q for the client timeout (%s) without being dispatched", tier, clientTimeout)}
+		return newError(queue.CauseQueueTimeout, tier,
+			fmt.Sprintf("the request waited in the queue of tier %q for the client timeout (%s) without being dispatched", tier, clientTimeout))
 	default:
 		// A fleet-state failure (a Gate error) or anything unforeseen.
-		return &Error{Status: http.StatusServiceUnavailable, Type: TypeUnavailable, Tier: tier,
-			RetryAfter: unavailableRetry, Message: "admission failed: " + err.Error()}
+		e := newError(queue.CauseUnavailable, tier, "admission failed: "+err.Error())
+		e.RetryAfter = unavailableRetry
+		return e
+	}
+}
+
+// fromRefusal is the 429 of a full tier queue or a tenant at its limit.
+func fromRefusal(ref *queue.Refusal, tenant, tier string) *Error {
+	e := newError(ref.CauseLabel(), tier, "")
+	e.Position, e.RetryAfter = ref.Position, ref.RetryAfter
+	if e.Cause == queue.CauseTenantLimit {
+		e.Message = fmt.Sprintf("tenant %q has as many requests queued as tier %q allows one tenant; retry after %ds", tenant, tier, e.RetryAfterSeconds())
+	} else {
+		e.Message = fmt.Sprintf("the queue of tier %q is full; retry after %ds", tier, e.RetryAfterSeconds())
+	}
+	return e
+}
+
+// FromIdentity maps an identity.Identify error to its refusal: 403 for an
+// unknown tenant, 400 for a malformed credential, 401 otherwise.
+func FromIdentity(err error) *Error {
+	var ie *identity.Error
+	if !errors.As(err, &ie) {
+		return unauthenticated(err.Error())
+	}
+	switch {
+	case errors.Is(ie.Kind, identity.ErrUnknownTenant):
+		return unknownTenant(ie.Tenant)
+	case errors.Is(ie.Kind, identity.ErrMalformed):
+		return BadRequest(ie.Reason)
+	default:
+		return unauthenticated(ie.Reason)
 	}
 }
 
 // NoPolicy is the 503 of a dispatcher that has not been configured yet.
 func NoPolicy() *Error {
-	return &Error{Status: http.StatusServiceUnavailable, Type: TypeUnavailable, RetryAfter: unavailableRetry,
-		Message: "the dispatcher has no policy yet"}
+	e := newError(queue.CauseUnavailable, "", "the dispatcher has no policy yet")
+	e.RetryAfter = unavailableRetry
+	return e
 }
 
 // NoBackend is the 503 when a request may proceed but no backend is known.
 func NoBackend(tier string) *Error {
-	return &Error{Status: http.StatusServiceUnavailable, Type: TypeUnavailable, Tier: tier, RetryAfter: unavailableRetry,
-		Message: "no ready backend"}
+	e := newError(queue.CauseUnavailable, tier, "no ready backend")
+	e.RetryAfter = unavailableRetry
+	return e
 }
 
 // Draining is the 503 of a dispatcher that is shutting down.
 func Draining() *Error {
-	return &Error{Status: http.StatusServiceUnavailable, Type: TypeDraining, RetryAfter: unavailableRetry,
-		Message: "the dispatcher is shutting down; retry on another instance"}
+	e := newError(queue.CauseDraining, "", "the dispatcher is shutting down; retry on another instance")
+	e.RetryAfter = unavailableRetry
+	return e
 }
 
-// Unauthenticated is the 401 for a missing or unknown credential.
-func Unauthenticated(msg string) *Error {
-	return &Error{Status: http.StatusUnauthorized, Type: TypeUnauthenticated, Message: msg}
-}
+// unauthenticated is the 401 for a missing or unknown credential.
+func unauthenticated(msg string) *Error { return newError(queue.CauseUnauthenticated, "", msg) }
 
-// UnknownTenant is the 403 for a tenant the policy does not know when the
+// unknownTenant is the 403 for a tenant the policy does not know when the
 // pool has no default tier.
-func UnknownTenant(tenant string) *Error {
-	return &Error{Status: http.StatusForbidden, Type: TypeUnknownTenant,
-		Message: fmt.Sprintf("tenant %q is not known and the pool has no default tier", tenant)}
+func unknownTenant(tenant string) *Error {
+	return newError(queue.CauseUnknownTenant, "", fmt.Sprintf("tenant %q is not known and the pool has no default tier", tenant))
 }
 
 // BadRequest is the 400 for malformed credentials or an unreadable body.
-func BadRequest(msg string) *Error {
-	return &Error{Status: http.StatusBadRequest, Type: TypeBadRequest, Message: msg}
-}
+func BadRequest(msg string) *Error { return newError(queue.CauseBadRequest, "", msg) }
 
 // BodyTooLarge is the 413 for a body over --max-body-bytes.
 func BodyTooLarge(limit int64) *Error {
-	return &Error{Status: http.StatusRequestEntityTooLarge, Type: TypeBodyTooLarge,
-		Message: fmt.Sprintf("the request body is larger than %d bytes", limit)}
+	return newError(queue.CauseBodyTooLarge, "", fmt.Sprintf("the request body is larger than %d bytes", limit))
 }
 
 // RequestTimeout is the 408 for a body that did not arrive in time.
 func RequestTimeout(limit time.Duration) *Error {
-	return &Error{Status: http.StatusRequestTimeout, Type: TypeRequestTimeout,
-		Message: fmt.Sprintf("the request body did not arrive within %s", limit)}
+	return newError(queue.CauseRequestTimeout, "", fmt.Sprintf("the request body did not arrive within %s", limit))
 }
 
 // BackendError is the 502 for a backend that failed before answering.
 func BackendError(tier string) *Error {
-	return &Error{Status: http.StatusBadGateway, Type: TypeBackendError, Tier: tier,
-		Message: "the model backend failed before answering"}
+	return newError(queue.CauseBackendError, tier, "the model backend failed before answering")
 }

@@ -1,6 +1,7 @@
 package apierror
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -10,6 +11,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/tiergate/tiergate/dispatcher/identity"
+	"github.com/tiergate/tiergate/dispatcher/policy"
 	"github.com/tiergate/tiergate/dispatcher/queue"
 )
 
@@ -20,45 +23,45 @@ func TestFromQueue(t *testing.T) {
 	}{
 		"queue full": {
 			err: &queue.Refusal{Cause: queue.ErrQueueFull, Tier: "premium", Position: 21, RetryAfter: 3 * time.Second},
-			want: Error{Status: 429, Type: TypeCapacity, Tier: "premium", Position: 21, RetryAfter: 3 * time.Second,
+			want: Error{Status: 429, Cause: queue.CauseCapacity, Tier: "premium", Position: 21, RetryAfter: 3 * time.Second,
 				Message: `the queue of tier "premium" is full; retry after 3s`},
 		},
 		"tenant limit, wrapped": {
 			err: fmt.Errorf("admit: %w", &queue.Refusal{Cause: queue.ErrTenantLimit, Tier: "premium", Position: 4, RetryAfter: time.Second}),
-			want: Error{Status: 429, Type: TypeTenantLimit, Tier: "premium", Position: 4, RetryAfter: time.Second,
+			want: Error{Status: 429, Cause: queue.CauseTenantLimit, Tier: "premium", Position: 4, RetryAfter: time.Second,
 				Message: `tenant "acme" has as many requests queued as tier "premium" allows one tenant; retry after 1s`},
 		},
 		"unknown tier": {
 			err:  queue.ErrUnknownTier,
-			want: Error{Status: 403, Type: TypeUnknownTenant, Message: `tenant "acme" is not known and the pool has no default tier`},
+			want: Error{Status: 403, Cause: queue.CauseUnknownTenant, Message: `tenant "acme" is not known and the pool has no default tier`},
 		},
 		"no policy": {
 			err:  queue.ErrNoPolicy,
-			want: Error{Status: 503, Type: TypeUnavailable, RetryAfter: time.Second, Message: "the dispatcher has no policy yet"},
+			want: Error{Status: 503, Cause: queue.CauseUnavailable, RetryAfter: time.Second, Message: "the dispatcher has no policy yet"},
 		},
 		"no capacity: retry after the tier's wait": {
 			err: queue.ErrNoCapacity,
-			want: Error{Status: 503, Type: TypeUnavailable, Tier: "premium", RetryAfter: 5 * time.Second,
+			want: Error{Status: 503, Cause: queue.CauseUnavailable, Tier: "premium", RetryAfter: 5 * time.Second,
 				Message: "the pool has no capacity right now (no ready backends)"},
 		},
 		"draining": {
 			err: queue.ErrDraining,
-			want: Error{Status: 503, Type: TypeDraining, Tier: "premium", RetryAfter: time.Second,
+			want: Error{Status: 503, Cause: queue.CauseDraining, Tier: "premium", RetryAfter: time.Second,
 				Message: "the dispatcher is shutting down; retry on another instance"},
 		},
 		"drained while queued": {
 			err: queue.ErrDrained,
-			want: Error{Status: 503, Type: TypeDraining, Tier: "premium", RetryAfter: time.Second,
+			want: Error{Status: 503, Cause: queue.CauseDraining, Tier: "premium", RetryAfter: time.Second,
 				Message: "the dispatcher is shutting down; retry on another instance"},
 		},
 		"expired": {
 			err: queue.ErrExpired,
-			want: Error{Status: 504, Type: TypeQueueTimeout, Tier: "premium",
+			want: Error{Status: 504, Cause: queue.CauseQueueTimeout, Tier: "premium",
 				Message: `the request waited in the queue of tier "premium" for the client timeout (30s) without being dispatched`},
 		},
 		"gate failure": {
 			err: fmt.Errorf("redis: connection refused"),
-			want: Error{Status: 503, Type: TypeUnavailable, Tier: "premium", RetryAfter: time.Second,
+			want: Error{Status: 503, Cause: queue.CauseUnavailable, Tier: "premium", RetryAfter: time.Second,
 				Message: "admission failed: redis: connection refused"},
 		},
 	}
@@ -72,6 +75,69 @@ func TestFromQueue(t *testing.T) {
 	}
 }
 
+// The status of every cause, pinned: scripts and clients rely on them.
+func TestEveryCauseHasAStatus(t *testing.T) {
+	want := map[string]int{
+		"capacity": 429, "tenant_limit": 429, "unauthenticated": 401, "unknown_tenant": 403,
+		"unavailable": 503, "draining": 503, "queue_timeout": 504, "body_too_large": 413,
+		"bad_request": 400, "request_timeout": 408, "backend_error": 502,
+	}
+	got := map[string]int{}
+	for _, c := range queue.Causes() {
+		got[c] = statusOf(c)
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("(-want +got)\n%s", diff)
+	}
+	if diff := cmp.Diff(want, statuses); diff != "" {
+		t.Errorf("statuses has causes queue.Causes lacks (-want +got)\n%s", diff)
+	}
+	if got := statusOf("no-such-cause"); got != 500 {
+		t.Errorf("Status of an unknown cause = %d", got)
+	}
+}
+
+func TestFromIdentity(t *testing.T) {
+	p := &policy.Policy{
+		Authentication: policy.Authentication{Mode: policy.AuthTrustedHeader, HeaderName: "X-Tenant-ID"},
+		Tiers:          []policy.Tier{{Name: "premium"}},
+	}
+	id := identity.New(p)
+	tests := map[string]struct {
+		header http.Header
+		want   Error
+	}{
+		"missing header is 401": {
+			header: http.Header{},
+			want:   Error{Status: 401, Cause: queue.CauseUnauthenticated, Message: "missing the X-Tenant-ID header that names the tenant"},
+		},
+		"repeated header is 400": {
+			header: http.Header{"X-Tenant-Id": {"a", "b"}},
+			want:   Error{Status: 400, Cause: queue.CauseBadRequest, Message: "the X-Tenant-ID header is repeated 2 times; send it once"},
+		},
+		"unknown tenant is 403": {
+			header: http.Header{"X-Tenant-Id": {"carol"}},
+			want:   Error{Status: 403, Cause: queue.CauseUnknownTenant, Message: `tenant "carol" is not known and the pool has no default tier`},
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			_, err := id.Identify(tc.header)
+			if err == nil {
+				t.Fatal("identified")
+			}
+			if diff := cmp.Diff(tc.want, *FromIdentity(err)); diff != "" {
+				t.Errorf("(-want +got)\n%s", diff)
+			}
+		})
+	}
+	// An error that is not an *identity.Error still refuses, with 401.
+	got := FromIdentity(errors.New("no idea"))
+	if diff := cmp.Diff(Error{Status: 401, Cause: queue.CauseUnauthenticated, Message: "no idea"}, *got); diff != "" {
+		t.Errorf("(-want +got)\n%s", diff)
+	}
+}
+
 func TestWrite(t *testing.T) {
 	tests := map[string]struct {
 		err         Error
@@ -79,13 +145,13 @@ func TestWrite(t *testing.T) {
 		wantBody    string
 	}{
 		"429 carries every header": {
-			err: Error{Status: 429, Type: TypeCapacity, Message: "full", Tier: "free", Position: 241, RetryAfter: 1500 * time.Millisecond},
+			err: Error{Status: 429, Cause: queue.CauseCapacity, Message: "full", Tier: "free", Position: 241, RetryAfter: 1500 * time.Millisecond},
 			wantHeaders: http.Header{"Retry-After": {"2"}, "X-Queue-Position": {"241"}, "X-Tier": {"free"},
 				"Content-Type": {"application/json"}, "Cache-Control": {"no-store"}},
 			wantBody: `{"error":{"type":"capacity","message":"full","tier":"free","queue_position":241,"retry_after_seconds":2}}` + "\n",
 		},
 		"401 has no queue headers": {
-			err:         Error{Status: 401, Type: TypeUnauthenticated, Message: "unknown API key"},
+			err:         Error{Status: 401, Cause: queue.CauseUnauthenticated, Message: "unknown API key"},
 			wantHeaders: http.Header{"Content-Type": {"application/json"}, "Cache-Control": {"no-store"}},
 			wantBody:    `{"error":{"type":"unauthenticated","message":"unknown API key","tier":"","queue_position":0,"retry_after_seconds":0}}` + "\n",
 		},

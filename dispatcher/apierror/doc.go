@@ -4,9 +4,13 @@
 //
 //	{"error":{"type":"…","message":"…","tier":"…","queue_position":N,"retry_after_seconds":N}}
 //
-// that DESIGN.md section 6 fixes. FromQueue maps the queue's sentinel errors;
-// the other constructors cover refusals made before the queue is asked. The
-// Type of an Error is also the "cause" label of tiergate_rejections_total.
+// that DESIGN.md section 6 fixes. The causes (the body's "type", also the
+// cause label of tiergate_rejections_total) are dispatcher/queue's Cause
+// constants; one table here gives each its HTTP status. FromQueue maps the queue's
+// errors (errors.As on *queue.Refusal for the tier, position and
+// Retry-After) and FromIdentity the identity errors (errors.As on
+// *identity.Error for the reason and tenant); the other constructors cover
+// refusals made before the queue is asked.
 //
 // Concurrency: everything here is a pure function of its arguments.
 package apierror

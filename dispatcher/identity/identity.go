@@ -12,7 +12,8 @@ import (
 	"github.com/tiergate/tiergate/dispatcher/policy"
 )
 
-// Sentinel errors; the data path maps them to 401, 403 and 400.
+// Sentinel errors, the Kind of an *Error; dispatcher/apierror maps them to
+// 401, 403 and 400.
 var (
 	// ErrUnauthenticated: no credential, or one the policy does not know.
 	ErrUnauthenticated = errors.New("unauthenticated")
@@ -21,6 +22,25 @@ var (
 	// ErrMalformed: the credential header is repeated or not well formed.
 	ErrMalformed = errors.New("malformed credential")
 )
+
+// Error is a refused caller. Get it with errors.As; errors.Is(err, Kind)
+// also works.
+type Error struct {
+	// Kind is ErrUnauthenticated, ErrUnknownTenant or ErrMalformed.
+	Kind error
+	// Reason says, for the client, what is wrong with the credential.
+	Reason string
+	// Tenant is the caller's tenant when it was named (ErrUnknownTenant).
+	Tenant string
+}
+
+func (e *Error) Error() string { return e.Kind.Error() + ": " + e.Reason }
+
+func (e *Error) Unwrap() error { return e.Kind }
+
+func refuse(kind error, format string, args ...any) *Error {
+	return &Error{Kind: kind, Reason: fmt.Sprintf(format, args...)}
+}
 
 // TenantHeader is the header the dispatcher sets on every forwarded request
 // to the tenant it resolved. Backends (and hack/simserver) may trust it
@@ -71,8 +91,8 @@ func New(p *policy.Policy) *Identifier {
 	return id
 }
 
-// Identify resolves the caller of a request with header h. The error wraps
-// one of the sentinels and says, for the client, what is wrong.
+// Identify resolves the caller of a request with header h. A refusal is an
+// *Error.
 func (id *Identifier) Identify(h http.Header) (Identity, error) {
 	var tenant string
 	var err error
@@ -90,28 +110,30 @@ func (id *Identifier) Identify(h http.Header) (Identity, error) {
 	if id.defaultTier != "" && id.mode != policy.AuthAPIKey {
 		return Identity{Tenant: tenant, Tier: id.defaultTier}, nil
 	}
-	return Identity{Tenant: tenant}, fmt.Errorf("%w: tenant %q is not known and the pool has no default tier", ErrUnknownTenant, tenant)
+	e := refuse(ErrUnknownTenant, "tenant %q is not known and the pool has no default tier", tenant)
+	e.Tenant = tenant
+	return Identity{Tenant: tenant}, e
 }
 
 func (id *Identifier) byHeader(h http.Header) (string, error) {
 	vals := h[id.header]
 	switch len(vals) {
 	case 0:
-		return "", fmt.Errorf("%w: missing the %s header that names the tenant", ErrUnauthenticated, id.headerName)
+		return "", refuse(ErrUnauthenticated, "missing the %s header that names the tenant", id.headerName)
 	case 1:
 	default:
-		return "", fmt.Errorf("%w: the %s header is repeated %d times; send it once", ErrMalformed, id.headerName, len(vals))
+		return "", refuse(ErrMalformed, "the %s header is repeated %d times; send it once", id.headerName, len(vals))
 	}
 	v := vals[0]
 	if v == "" {
-		return "", fmt.Errorf("%w: the %s header is empty", ErrUnauthenticated, id.headerName)
+		return "", refuse(ErrUnauthenticated, "the %s header is empty", id.headerName)
 	}
 	if len(v) > maxTenantLen {
-		return "", fmt.Errorf("%w: the %s header is longer than %d bytes", ErrMalformed, id.headerName, maxTenantLen)
+		return "", refuse(ErrMalformed, "the %s header is longer than %d bytes", id.headerName, maxTenantLen)
 	}
 	for i := 0; i < len(v); i++ {
 		if c := v[i]; c <= ' ' || c >= 0x7f {
-			return "", fmt.Errorf("%w: the %s header may hold only visible ASCII characters", ErrMalformed, id.headerName)
+			return "", refuse(ErrMalformed, "the %s header may hold only visible ASCII characters", id.headerName)
 		}
 	}
 	return v, nil
@@ -121,18 +143,18 @@ func (id *Identifier) byKey(h http.Header) (string, error) {
 	vals := h["Authorization"]
 	switch len(vals) {
 	case 0:
-		return "", fmt.Errorf("%w: missing API key; send \"Authorization: Bearer <key>\"", ErrUnauthenticated)
+		return "", refuse(ErrUnauthenticated, "missing API key; send \"Authorization: Bearer <key>\"")
 	case 1:
 	default:
-		return "", fmt.Errorf("%w: the Authorization header is repeated %d times; send it once", ErrMalformed, len(vals))
+		return "", refuse(ErrMalformed, "the Authorization header is repeated %d times; send it once", len(vals))
 	}
 	scheme, key, ok := strings.Cut(vals[0], " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") {
-		return "", fmt.Errorf("%w: the Authorization header must be \"Bearer <key>\"", ErrUnauthenticated)
+		return "", refuse(ErrUnauthenticated, "the Authorization header must be \"Bearer <key>\"")
 	}
 	key = strings.TrimSpace(key)
 	if key == "" {
-		return "", fmt.Errorf("%w: the Bearer key is empty", ErrUnauthenticated)
+		return "", refuse(ErrUnauthenticated, "the Bearer key is empty")
 	}
 	sum := sha256.Sum256([]byte(key))
 	// Compare with every hash without stopping early, so the time taken
@@ -144,7 +166,7 @@ func (id *Identifier) byKey(h http.Header) (string, error) {
 		}
 	}
 	if match < 0 {
-		return "", fmt.Errorf("%w: unknown API key", ErrUnauthenticated)
+		return "", refuse(ErrUnauthenticated, "unknown API key")
 	}
 	return id.owners[match], nil
 }

@@ -36,6 +36,7 @@ func TestIdentify(t *testing.T) {
 		want              Identity
 		wantErr           error
 		wantMsg           string
+		wantTenant        string // of the *Error
 	}{
 		"header: listed tenant gets its tier": {
 			mode: policy.AuthTrustedHeader, header: http.Header{"X-Tenant-Id": {"acme"}},
@@ -48,7 +49,7 @@ func TestIdentify(t *testing.T) {
 			want: Identity{Tenant: "carol", Tier: "free"}},
 		"header: unknown tenant without default tier": {
 			mode: policy.AuthTrustedHeader, header: http.Header{"X-Tenant-Id": {"carol"}},
-			want: Identity{Tenant: "carol"}, wantErr: ErrUnknownTenant,
+			want: Identity{Tenant: "carol"}, wantErr: ErrUnknownTenant, wantTenant: "carol",
 			wantMsg: `unknown tenant: tenant "carol" is not known and the pool has no default tier`},
 		"header: missing": {
 			mode: policy.AuthTrustedHeader, header: http.Header{},
@@ -99,6 +100,10 @@ func TestIdentify(t *testing.T) {
 				}
 				if err.Error() != tc.wantMsg {
 					t.Errorf("message %q, want %q", err.Error(), tc.wantMsg)
+				}
+				var e *Error
+				if !errors.As(err, &e) || !errors.Is(e.Kind, tc.wantErr) || e.Tenant != tc.wantTenant {
+					t.Errorf("err %#v, want an *Error of kind %v for tenant %q", err, tc.wantErr, tc.wantTenant)
 				}
 			} else if err != nil {
 				t.Fatal(err)

@@ -3,10 +3,13 @@ package metrics
 import (
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tiergate/tiergate/dispatcher/queue"
 )
 
 // Abandonment stages of abandoned_total.
@@ -66,7 +69,7 @@ func New(reg prometheus.Registerer, snapshot func() Snapshot) (*Metrics, error) 
 		}, pt),
 		rejections: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tiergate_rejections_total",
-			Help: "Refused requests by cause (capacity, tenant_limit, unauthenticated, unknown_tenant, unavailable, draining, queue_timeout, body_too_large, bad_request, request_timeout, backend_error).",
+			Help: "Refused requests by cause (" + strings.Join(queue.Causes(), ", ") + ").",
 		}, []string{"pool", "tier", "cause"}),
 		abandoned: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tiergate_abandoned_total",
@@ -104,7 +107,8 @@ func (m *Metrics) ObserveService(pool, tier string, d time.Duration) {
 	m.service.WithLabelValues(pool, tier).Observe(d.Seconds())
 }
 
-// Reject counts a refusal; tier is "" when it was not known yet.
+// Reject counts a refusal; cause is one of queue.Causes, tier is "" when
+// it was not known yet.
 func (m *Metrics) Reject(pool, tier, cause string) {
 	m.rejections.WithLabelValues(pool, tier, cause).Inc()
 }

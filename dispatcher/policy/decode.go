@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 
 	"sigs.k8s.io/yaml"
 )
@@ -56,15 +55,6 @@ func DecodeAndValidate(data []byte) (*Policy, error) {
 		return nil, err
 	}
 	return p, nil
-}
-
-// LoadFile reads, decodes and validates a policy file (--policy-file).
-func LoadFile(path string) (*Policy, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("policy: read %s: %w", path, err)
-	}
-	return DecodeAndValidate(data)
 }
 
 // CheckVersion refuses next when it is older than current. An equal version

@@ -5,8 +5,10 @@
 // Decode (JSON or YAML, unknown fields and trailing documents refused,
 // errors wrap ErrDecode), Validate (every violation as ValidationErrors, a
 // list of {Field, Message} with JSON field paths such as
-// "tiers[1].queueBound"), DecodeAndValidate, LoadFile, and CheckVersion
-// (ErrStaleVersion for an older version: the admin API's 409).
+// "tiers[1].queueBound"), DecodeAndValidate, and CheckVersion
+// (ErrStaleVersion for an older version: the admin API's 409). The admin
+// API's error body, AdminErrorBody, is defined here too, so the dispatcher
+// and the controller's push client share it.
 //
 // A Policy is a plain value. Decode and Validate are pure functions with no
 // shared state, so they are safe for concurrent use; a decoded *Policy must

@@ -45,6 +45,26 @@ func (p *Policy) Validate() error {
 		return ValidationErrors{{Field: "", Message: "policy is missing"}}
 	}
 	var c checker
+	c.pool(p)
+	c.authentication(p.Authentication)
+	c.exemptPaths(p.ExemptPaths)
+	tiers := c.tiers(p.Tiers)
+	if p.DefaultTier != "" {
+		if _, ok := tiers[p.DefaultTier]; !ok {
+			c.add("defaultTier", "names unknown tier %q", p.DefaultTier)
+		}
+	}
+	c.tenants(p.Tenants, tiers)
+	c.backends(p.Backends)
+	c.coldStart(p)
+	if len(c.errs) == 0 {
+		return nil
+	}
+	return c.errs
+}
+
+// pool checks the pool-wide numbers.
+func (c *checker) pool(p *Policy) {
 	if p.Version < 0 {
 		c.add("version", "must be >= 0, got %d", p.Version)
 	}
@@ -68,33 +88,42 @@ func (p *Policy) Validate() error {
 	default:
 		c.add("sharedState", "must be %q or %q, got %q", StateLocal, StateRedis, p.SharedState)
 	}
-	switch p.Authentication.Mode {
+}
+
+func (c *checker) authentication(a Authentication) {
+	switch a.Mode {
 	case AuthAPIKey:
 	case AuthTrustedHeader:
-		if p.Authentication.HeaderName == "" {
+		if a.HeaderName == "" {
 			c.add("authentication.headerName", "is required when mode is %s", AuthTrustedHeader)
 		}
 	default:
-		c.add("authentication.mode", "must be %q or %q, got %q", AuthTrustedHeader, AuthAPIKey, p.Authentication.Mode)
+		c.add("authentication.mode", "must be %q or %q, got %q", AuthTrustedHeader, AuthAPIKey, a.Mode)
 	}
-	for i, path := range p.ExemptPaths {
+}
+
+func (c *checker) exemptPaths(paths []string) {
+	for i, path := range paths {
 		if !strings.HasPrefix(path, "/") {
 			c.add(fmt.Sprintf("exemptPaths[%d]", i), "must start with '/', got %q", path)
 		}
 	}
+}
 
-	tiers := map[string]int{}
-	if len(p.Tiers) == 0 {
+// tiers checks every tier and returns the index of each distinct name.
+func (c *checker) tiers(ts []Tier) map[string]int {
+	names := map[string]int{}
+	if len(ts) == 0 {
 		c.add("tiers", "at least one tier is required")
 	}
-	for i, t := range p.Tiers {
+	for i, t := range ts {
 		f := fmt.Sprintf("tiers[%d]", i)
 		if t.Name == "" {
 			c.add(f+".name", "is required")
-		} else if j, dup := tiers[t.Name]; dup {
+		} else if j, dup := names[t.Name]; dup {
 			c.add(f+".name", "duplicate tier name %q (also tiers[%d])", t.Name, j)
 		} else {
-			tiers[t.Name] = i
+			names[t.Name] = i
 		}
 		if t.BasePriority < 0 {
 			c.add(f+".basePriority", "must be >= 0, got %d", t.BasePriority)
@@ -112,15 +141,15 @@ func (p *Policy) Validate() error {
 			c.add(f+".tenantQueueLimit", "must be >= 1, got %d", t.TenantQueueLimit)
 		}
 	}
-	if p.DefaultTier != "" {
-		if _, ok := tiers[p.DefaultTier]; !ok {
-			c.add("defaultTier", "names unknown tier %q", p.DefaultTier)
-		}
-	}
+	return names
+}
 
+// tenants checks every tenant against the tiers, and that no API key hash
+// is listed twice anywhere.
+func (c *checker) tenants(tns []Tenant, tiers map[string]int) {
 	ids := map[string]int{}
 	hashes := map[string]string{}
-	for i, tn := range p.Tenants {
+	for i, tn := range tns {
 		f := fmt.Sprintf("tenants[%d]", i)
 		if tn.ID == "" {
 			c.add(f+".id", "is required")
@@ -137,26 +166,34 @@ func (p *Policy) Validate() error {
 		if tn.MaxConcurrency < 0 {
 			c.add(f+".maxConcurrency", "must be >= 1 when set, got %d", tn.MaxConcurrency)
 		}
-		for k, h := range tn.APIKeySHA256 {
-			hf := fmt.Sprintf("%s.apiKeySHA256[%d]", f, k)
-			if !isSHA256Hex(h) {
-				if len(h) != 64 {
-					c.add(hf, "must be 64 lower-case hex digits (a SHA-256), got %d characters", len(h))
-				} else {
-					c.add(hf, "must be 64 lower-case hex digits (a SHA-256), got %q at offset %d", h[badHex(h)], badHex(h))
-				}
-				continue
-			}
-			if other, dup := hashes[h]; dup {
-				c.add(hf, "duplicate API key hash (also %s)", other)
-				continue
-			}
-			hashes[h] = hf
-		}
+		c.keyHashes(f, tn.APIKeySHA256, hashes)
 	}
+}
 
+// keyHashes checks one tenant's key hashes; seen maps every hash met so
+// far to its field.
+func (c *checker) keyHashes(tenantField string, hs []string, seen map[string]string) {
+	for k, h := range hs {
+		hf := fmt.Sprintf("%s.apiKeySHA256[%d]", tenantField, k)
+		if !isSHA256Hex(h) {
+			if len(h) != 64 {
+				c.add(hf, "must be 64 lower-case hex digits (a SHA-256), got %d characters", len(h))
+			} else {
+				c.add(hf, "must be 64 lower-case hex digits (a SHA-256), got %q at offset %d", h[badHex(h)], badHex(h))
+			}
+			continue
+		}
+		if other, dup := seen[h]; dup {
+			c.add(hf, "duplicate API key hash (also %s)", other)
+			continue
+		}
+		seen[h] = hf
+	}
+}
+
+func (c *checker) backends(bs []Backend) {
 	addrs := map[string]int{}
-	for i, b := range p.Backends {
+	for i, b := range bs {
 		f := fmt.Sprintf("backends[%d]", i)
 		if msg := checkAddress(b.Address); msg != "" {
 			c.add(f+".address", "%s", msg)
@@ -171,11 +208,6 @@ func (p *Policy) Validate() error {
 			c.add(f+".scheme", "must be \"http\" or \"https\", got %q", b.Scheme)
 		}
 	}
-	c.coldStart(p)
-	if len(c.errs) == 0 {
-		return nil
-	}
-	return c.errs
 }
 
 func isSHA256Hex(s string) bool {
@@ -221,24 +253,4 @@ func checkAddress(a string) string {
 		return fmt.Sprintf("has port %q; want 1-65535", port)
 	}
 	return ""
-}
-
-// TierByName returns the named tier, or nil.
-func (p *Policy) TierByName(name string) *Tier {
-	for i := range p.Tiers {
-		if p.Tiers[i].Name == name {
-			return &p.Tiers[i]
-		}
-	}
-	return nil
-}
-
-// TenantByID returns the listed tenant, or nil.
-func (p *Policy) TenantByID(id string) *Tenant {
-	for i := range p.Tenants {
-		if p.Tenants[i].ID == id {
-			return &p.Tenants[i]
-		}
-	}
-	return nil
 }

@@ -176,13 +176,13 @@ func TestFreeSlotBypassesFullBound(t *testing.T) {
 	q, _ := newTestQueue(t, p)
 	a1 := mustAdmit(t, q, "a", "free") // runs; a is at its cap of 1
 	a2 := mustAdmit(t, q, "a", "free") // queued: free's queue is now full
-	if dispatched(a2) || a2.Position() != 1 {
-		t.Fatalf("a2 dispatched=%v position=%d, want queued at 1", dispatched(a2), a2.Position())
+	if dispatched(a2) {
+		t.Fatal("a2 dispatched, want queued")
 	}
 	// c is under its cap and a slot is free: it runs, although free is full.
 	c1 := mustAdmit(t, q, "c", "free")
-	if !dispatched(c1) || c1.Position() != 0 {
-		t.Fatalf("c1 dispatched=%v position=%d, want dispatched at once (0)", dispatched(c1), c1.Position())
+	if !dispatched(c1) {
+		t.Fatal("c1 not dispatched at once")
 	}
 	if _, err := q.Admit("d", "free"); !errors.Is(err, ErrQueueFull) {
 		t.Fatalf("no slot left and free full: err = %v, want ErrQueueFull", err)

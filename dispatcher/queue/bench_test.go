@@ -136,7 +136,7 @@ func newBenchWorkload(q *Queue, tenants, queued int) *benchWorkload {
 	for i := range w.tiers {
 		w.tiers[i] = benchTiers[i%3]
 	}
-	q.onDispatch = func(h *Handle) { w.fresh.push(h) }
+	q.setOnDispatch(func(h *Handle) { w.fresh.push(h) })
 	for range q.slots + queued {
 		w.admit()
 	}
@@ -398,7 +398,7 @@ func BenchmarkNoisyNeighbour(b *testing.B) {
 					for range 4 + blocked { // the hog's first 4 run and never finish
 						mustAdmit(b, q, "hog", "premium")
 					}
-					q.onDispatch = func(h *Handle) { w.fresh.push(h) }
+					q.setOnDispatch(func(h *Handle) { w.fresh.push(h) })
 					clk.Step(time.Second)
 					for range benchSlots - 4 + othersQueued {
 						w.admit()

@@ -3,6 +3,14 @@
 // gets the next free slot of the model pool, refuses work that could not be
 // served in time, and measures drain rates and service time.
 //
+// Job: Admit refuses a request (draining, no policy, unknown tier, no
+// capacity, the tier's bound, the tenant's queue limit) or returns a Handle.
+// The handle's Wait returns once the job holds a slot, and Release gives the
+// slot back. A job that never gets one ends queued: abandoned (its context
+// ended, or Release on a queued handle), expired (queued longer than the
+// policy's clientTimeout) or drained (FlushQueued). Every admitted job ends
+// exactly once, and Stats.Totals counts each end.
+//
 // Algorithm:
 //   - Ageing is a static key: key = base × ageingRate + enqueueTime, in
 //     nanoseconds, ties broken by arrival sequence. Smaller is served first.
@@ -16,34 +24,33 @@
 //   - Each tier keeps an arrival-ordered list; one timer, armed for the
 //     oldest queued job, expires jobs after clientTimeout with no new
 //     arrivals needed.
+//   - In local mode a request whose tenant is under its cap while a slot is
+//     free runs at once, even if its tier's queue is at its bound: the bound
+//     limits waiting, not running.
 //
-// Concurrency model: one mutex guards all state; every operation, including
-// dispatch, runs inline under it, triggered by an event (Admit, Release,
-// Wait's cancellation, UpdatePolicy, Kick, the expiry timer). Nothing polls
-// or sleeps, and all time comes from the injected clock. Wait parks on a
-// per-job channel outside the lock. The expiry timer's callback takes the
-// lock on a fresh goroutine, because a k8s.io/utils FakeClock runs
-// callbacks while holding its own lock; with a FakeClock, call ExpireDue
-// after stepping the clock for deterministic expiry (NextDeadline says when).
+// Fleet mode (WithGate): a gate.Gate makes the bounds, slots and tenant
+// limits exact across every dispatcher of a pool; queue order stays local.
+// Admit reserves a queued place with Gate.Enqueue; dispatch claims the best
+// runnable jobs locally (counted against the local slots and limits while
+// their acquire is in flight) and a pump asks the Gate for their slots with
+// Gate.Exchange, which also returns every lease of a job that ended. A
+// refusal blocks the pool (PoolFull) or the tenant (TenantFull) until Kick,
+// a policy or one of its own releases. A job abandoned, expired or drained
+// while its claim is in flight ends at once; the exchange's answer then
+// returns whatever it got, so every lease is returned exactly once.
 //
-// Fleet mode: WithGate puts a shared Gate (Redis, in dispatcher/state) in
-// front of the local counts; the queue calls it under its lock. Local mode
-// (no gate) is the default. In local mode a request whose tenant is under its
-// cap while a slot is free runs at once, even if its tier's queue is at its
-// bound (the bound limits waiting, not running).
-//
-// Additions to the agreed API (/tmp/tg/queue-api.md), all backward
-// compatible: ExpireDue and NextDeadline (for discrete-event drivers),
-// Stats.Totals (lifetime counts: Admitted = Dispatched + Abandoned + Expired
-// + Drained once idle), Stats.Draining, TierStats.InFlight and .Retired,
-// Stats.Measured (the policy Ack's figures), Refusal.CauseLabel with
-// CauseCapacity/CauseTenantLimit, AcquireResult.String, and the options
-// WithDrainWindow and WithServiceTimeWeight. Semantics worth knowing:
-// Handle.Position is 0 for a job dispatched without queueing; Release on a
-// still-queued handle abandons it (its Wait returns context.Canceled);
-// every Gate call names the job's admission tier; a tier removed by a policy
-// keeps its queued jobs (Admit refuses it with ErrUnknownTier) and a listed
-// tenant moved to another tier takes its queued jobs along, so a policy
-// change can leave a tier above its new bound until it drains (admission
-// never does).
+// Concurrency model: one mutex guards all state. Every local operation,
+// including dispatch in local mode, runs inline under it, triggered by an
+// event (Admit, Release, Wait's cancellation, UpdatePolicy, Kick, the
+// expiry timer); nothing polls or sleeps, and all time comes from the
+// injected clock. Wait parks on a per-job channel outside the lock. The
+// expiry timer's callback takes the lock on a fresh goroutine, because a
+// k8s.io/utils FakeClock runs callbacks while holding its own lock; with a
+// FakeClock, call ExpireDue after stepping the clock for deterministic
+// expiry (NextDeadline says when). The Gate is never called with the lock
+// held: Admit calls Enqueue between two critical sections, and the pump, at
+// most one goroutine at a time, started on demand and ending when idle,
+// calls Exchange between them. A slow Gate therefore delays only the
+// admissions and dispatches that wait for its answer, never Stats, local
+// refusals or other callers.
 package queue

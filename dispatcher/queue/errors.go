@@ -6,14 +6,14 @@ import (
 	"time"
 )
 
-// Sentinel errors, matched with errors.Is. The dispatcher maps them to HTTP
-// statuses in one place.
+// Sentinel errors, matched with errors.Is. dispatcher/apierror maps them to
+// HTTP statuses; the comments name the status and the Cause.
 var (
 	// ErrQueueFull: the tier queue is at its bound (429 "capacity").
 	ErrQueueFull = errors.New("queue: tier queue is full")
 	// ErrTenantLimit: the tenant's queued count is at its limit (429 "tenant_limit").
 	ErrTenantLimit = errors.New("queue: tenant queue limit reached")
-	// ErrUnknownTier: the tier is not in the policy.
+	// ErrUnknownTier: the tier is not in the policy (403 "unknown_tenant").
 	ErrUnknownTier = errors.New("queue: unknown tier")
 	// ErrNoPolicy: no policy has been applied yet (503 "unavailable").
 	ErrNoPolicy = errors.New("queue: no policy")
@@ -21,7 +21,7 @@ var (
 	ErrNoCapacity = errors.New("queue: no capacity")
 	// ErrDraining: Drain was called; Admit refuses (503 "draining").
 	ErrDraining = errors.New("queue: draining")
-	// ErrExpired: Wait ended because the job was queued longer than clientTimeout (504).
+	// ErrExpired: Wait ended because the job was queued longer than clientTimeout (504 "queue_timeout").
 	ErrExpired = errors.New("queue: expired in queue")
 	// ErrDrained: Wait ended because FlushQueued removed the job (503 "draining").
 	ErrDrained = errors.New("queue: drained")
@@ -46,8 +46,7 @@ func (r *Refusal) Error() string {
 
 func (r *Refusal) Unwrap() error { return r.Cause }
 
-// CauseLabel is the refusal's cause as used in the HTTP body and metrics:
-// "capacity" or "tenant_limit".
+// CauseLabel is the refusal's cause: CauseCapacity or CauseTenantLimit.
 func (r *Refusal) CauseLabel() string { return causeLabel(r.Cause) }
 
 func causeLabel(err error) string {
@@ -57,8 +56,31 @@ func causeLabel(err error) string {
 	return CauseCapacity
 }
 
-// Refusal causes as they appear in TierStats.Refused and the HTTP body.
+// Causes of refusal: the "type" of a refused request's JSON body, the cause
+// label of tiergate_rejections_total and the keys of TierStats.Refused.
+// Every refusal the dispatcher makes, in the queue or before it, has one of
+// these; they live here, in the lowest package that every refusal path
+// shares, so that each is spelled once. dispatcher/apierror gives each its
+// HTTP status. The statuses in the comments are that mapping.
 const (
-	CauseCapacity    = "capacity"
-	CauseTenantLimit = "tenant_limit"
+	CauseCapacity        = "capacity"        // 429: the tier queue is at its bound
+	CauseTenantLimit     = "tenant_limit"    // 429: the tenant has its share of the tier queue
+	CauseUnauthenticated = "unauthenticated" // 401: no credential, or an unknown one
+	CauseUnknownTenant   = "unknown_tenant"  // 403: a tenant the policy does not list, no default tier
+	CauseUnavailable     = "unavailable"     // 503: no policy, no capacity, no backend or a Gate failure
+	CauseDraining        = "draining"        // 503: the dispatcher is shutting down
+	CauseQueueTimeout    = "queue_timeout"   // 504: queued for the client timeout
+	CauseBodyTooLarge    = "body_too_large"  // 413: a body over --max-body-bytes
+	CauseBadRequest      = "bad_request"     // 400: a malformed credential or body
+	CauseRequestTimeout  = "request_timeout" // 408: the body arrived too slowly
+	CauseBackendError    = "backend_error"   // 502: the backend failed before answering
 )
+
+// Causes lists every cause above, in that order; each call returns a new
+// slice.
+func Causes() []string {
+	return []string{
+		CauseCapacity, CauseTenantLimit, CauseUnauthenticated, CauseUnknownTenant, CauseUnavailable,
+		CauseDraining, CauseQueueTimeout, CauseBodyTooLarge, CauseBadRequest, CauseRequestTimeout, CauseBackendError,
+	}
+}

@@ -77,3 +77,10 @@ func (e testErr) Error() string { return string(e) }
 const errStillQueued = testErr("still queued")
 
 type policyTenant = policy.Tenant
+
+// tenantOf is the tenant of a queued or running job.
+func tenantOf(h *Handle) string {
+	h.q.mu.Lock()
+	defer h.q.mu.Unlock()
+	return h.j.ts.id
+}

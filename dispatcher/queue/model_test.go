@@ -11,6 +11,10 @@ import (
 // tenants under their cap, expiry by scanning. The property and fuzz tests
 // drive it and the real queue with the same operations and require the
 // same outcome for every job after every step.
+//
+// In fleet mode it also models the fleet (what each job's lease holds, and
+// the slots other dispatchers hold) and the pump: claims, the exchange in
+// flight, and how its answers settle (model_fleet_test.go).
 type model struct {
 	gateMode    bool
 	hasPolicy   bool
@@ -25,6 +29,8 @@ type model struct {
 	jobs        []*mJob
 	seq         uint64
 	moved       bool // the last operation moved queued jobs between tiers
+
+	fleet mFleet
 }
 
 type mTier struct {
@@ -42,10 +48,24 @@ type mJob struct {
 	enq       int64
 	seq       uint64
 	state     uint8
+	// fleet mode
+	claimed bool  // its acquire is in flight (state is stQueued)
+	orphan  bool  // it ended while claimed
+	lease   uint8 // what the fleet holds for it
 }
 
+// What a job's lease holds in the fleet.
+const (
+	leaseNone uint8 = iota
+	leaseQueued
+	leaseSlot
+)
+
 func newModel(gate bool) *model {
-	return &model{gateMode: gate, tiers: map[string]*mTier{}, listed: map[string]policy.Tenant{}, tenantTier: map[string]*mTier{}}
+	m := &model{gateMode: gate, tiers: map[string]*mTier{}, listed: map[string]policy.Tenant{}, tenantTier: map[string]*mTier{}}
+	m.fleet.blocked = map[string]bool{}
+	m.fleet.foreign = map[string]int{}
+	return m
 }
 
 func (m *model) key(j *mJob) int64 { return int64(j.tier.base)*m.rateNs + j.enq }
@@ -84,10 +104,6 @@ func (m *model) tierQueued(tr *mTier) int {
 	return m.count(func(j *mJob) bool { return j.state == stQueued && j.tier == tr })
 }
 
-func (m *model) admitTierQueued(name string) int {
-	return m.count(func(j *mJob) bool { return j.state == stQueued && j.admitTier == name })
-}
-
 func (m *model) limit(t string) int {
 	if lt, ok := m.listed[t]; ok && lt.MaxConcurrency > 0 {
 		return lt.MaxConcurrency
@@ -95,10 +111,12 @@ func (m *model) limit(t string) int {
 	return m.tenantTier[t].conc
 }
 
-// forget drops the tenant's tier once it has nothing queued or in flight.
+// forget drops the tenant's tier (and any refusal of the fleet) once it has
+// nothing queued or in flight.
 func (m *model) forget(t string) {
 	if m.count(func(j *mJob) bool { return j.tenant == t && (j.state == stQueued || j.state == stDispatched) }) == 0 {
 		delete(m.tenantTier, t)
+		delete(m.fleet.blocked, t)
 	}
 }
 
@@ -112,7 +130,12 @@ func (m *model) move(t string, to *mTier) {
 	m.tenantTier[t] = to
 }
 
+// dispatch is local mode's: the best queued jobs of tenants under their
+// cap, while a slot is free. In fleet mode the pump claims instead.
 func (m *model) dispatch() {
+	if m.gateMode {
+		return
+	}
 	for m.inFlight() < m.slots {
 		var best *mJob
 		for _, j := range m.jobs {
@@ -170,17 +193,32 @@ func (m *model) admit(tenant, tier string, now int64) admitResult {
 		return admitResult{err: ErrTenantLimit, position: m.tierQueued(tr) + 1}
 	}
 	if m.gateMode {
-		// The gate counts jobs under the tier they were admitted to.
-		if n := m.admitTierQueued(tier); n >= tr.bound {
+		// The fleet counts places under the tier they were admitted to,
+		// and holds those of ended jobs until their lease comes back.
+		if n := m.fleetTierQueued(tier); n >= tr.bound {
 			return admitResult{err: ErrQueueFull, position: n + 1}
+		} else if m.fleetTenantQueued(tenant) >= tr.qlimit {
+			return admitResult{err: ErrTenantLimit, position: n + 1}
 		}
 	}
 	j := newJob(stQueued)
+	if m.gateMode {
+		j.lease = leaseQueued
+	}
 	m.dispatch()
 	return admitResult{job: j}
 }
 
+// end ends a job: a claimed one becomes an orphan whose lease the pump
+// returns, any other queued one returns its lease in the next exchange.
 func (m *model) end(j *mJob, state uint8) {
+	if m.gateMode && j.state == stQueued {
+		if j.claimed {
+			j.orphan = true
+		} else {
+			m.fleet.returns = append(m.fleet.returns, j)
+		}
+	}
 	j.state = state
 	m.forget(j.tenant)
 }
@@ -191,6 +229,12 @@ func (m *model) release(j *mJob) {
 		m.end(j, stAbandoned)
 	case stDispatched:
 		m.end(j, stReleased)
+		if m.gateMode {
+			m.fleet.returns = append(m.fleet.returns, j)
+			m.fleet.kicks++
+			m.fleet.poolFull = false
+			delete(m.fleet.blocked, j.tenant)
+		}
 		m.dispatch()
 	}
 }
@@ -241,6 +285,22 @@ func (m *model) update(p *policy.Policy, now int64) {
 	for _, tn := range p.Tenants {
 		m.listed[tn.ID] = tn
 	}
+	m.realign()
+	// A retired tier with no job left is gone; if it comes back it is new.
+	for name, tr := range m.tiers {
+		if tr.retired && m.count(func(j *mJob) bool { return j.tier == tr && (j.state == stQueued || j.state == stDispatched) }) == 0 {
+			delete(m.tiers, name)
+		}
+	}
+	m.kick()
+	if timeoutChanged {
+		m.expire(now)
+	}
+	m.dispatch()
+}
+
+// realign moves every tenant to the tier the policy gives it.
+func (m *model) realign() {
 	var fallback *mTier
 	if tr := m.tiers[m.defaultTier]; tr != nil && !tr.retired {
 		fallback = tr
@@ -264,14 +324,4 @@ func (m *model) update(p *policy.Policy, now int64) {
 			m.move(t, target)
 		}
 	}
-	// A retired tier with no job left is gone; if it comes back it is new.
-	for name, tr := range m.tiers {
-		if tr.retired && m.count(func(j *mJob) bool { return j.tier == tr && (j.state == stQueued || j.state == stDispatched) }) == 0 {
-			delete(m.tiers, name)
-		}
-	}
-	if timeoutChanged {
-		m.expire(now)
-	}
-	m.dispatch()
 }

@@ -19,7 +19,7 @@ func drainOrder(t *testing.T, q *Queue, blocker *Handle, hs []*Handle) []string 
 		for _, h := range hs {
 			if !done[h] && dispatched(h) {
 				if next != nil {
-					t.Fatalf("two jobs dispatched with one slot: %s and %s", next.Tenant(), h.Tenant())
+					t.Fatalf("two jobs dispatched with one slot: %s and %s", tenantOf(next), tenantOf(h))
 				}
 				next = h
 			}
@@ -30,7 +30,7 @@ func drainOrder(t *testing.T, q *Queue, blocker *Handle, hs []*Handle) []string 
 		if err := checkStructure(q); err != nil {
 			t.Fatal(err)
 		}
-		got = append(got, next.Tenant())
+		got = append(got, tenantOf(next))
 		done[next] = true
 		next.Release()
 	}

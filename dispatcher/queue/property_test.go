@@ -85,11 +85,11 @@ type driver struct {
 	t       testing.TB
 	q       *Queue
 	clk     *clocktesting.FakeClock
-	gate    *fakeGate
 	m       *model
 	jobs    []*mJob // every admitted job, real handle in .h
 	version int64
 	log     []string
+	fleet   *driverFleet // fleet mode only
 }
 
 func newDriver(t testing.TB, gate bool) *driver {
@@ -97,8 +97,8 @@ func newDriver(t testing.TB, gate bool) *driver {
 	d := &driver{t: t, clk: clk, m: newModel(gate)}
 	var opts []Option
 	if gate {
-		d.gate = newFakeGate()
-		opts = append(opts, WithGate(d.gate))
+		d.fleet = newDriverFleet()
+		opts = append(opts, WithGate(d.fleet.f.Gate("d")), withSpawn(d.fleet.spawn))
 	}
 	// Job records are recycled (the default), so calls on old handles here
 	// also check that a stale handle never reaches a reused job.
@@ -144,7 +144,12 @@ func (d *driver) pick(o *ops, pred func(*mJob) bool) *mJob {
 // step runs one operation on both the queue and the model.
 func (d *driver) step(o *ops) {
 	d.m.moved = false
-	switch op := o.next() % 12; op {
+	defer d.m.afterOp()
+	nops := byte(12)
+	if d.fleet != nil {
+		nops = 17
+	}
+	switch op := o.next() % nops; op {
 	case 0, 1, 2, 3: // admit
 		tenant := tenantNames[int(o.next())%len(tenantNames)]
 		tier := tierNames[int(o.next())%len(tierNames)]
@@ -243,6 +248,9 @@ func (d *driver) step(o *ops) {
 	case 11:
 		d.log = append(d.log, "kick")
 		d.q.Kick()
+		d.m.kick()
+	default:
+		d.fleetStep(op, o)
 	}
 }
 
@@ -257,9 +265,9 @@ type snapshot struct {
 func (d *driver) snap() snapshot {
 	d.q.mu.Lock()
 	defer d.q.mu.Unlock()
-	s := snapshot{inFlight: d.q.inFlight, tenantIn: map[string]int{}, tenantQueued: map[string]int{}, tierQueued: map[string]int{}}
+	s := snapshot{inFlight: d.q.inFlight + d.q.fleet.claimed, tenantIn: map[string]int{}, tenantQueued: map[string]int{}, tierQueued: map[string]int{}}
 	for id, ts := range d.q.tenants {
-		s.tenantIn[id] = ts.inFlight
+		s.tenantIn[id] = ts.inFlight + ts.nClaimed
 		s.tenantQueued[id] = ts.queued
 	}
 	for name, tr := range d.q.tiers {
@@ -289,13 +297,16 @@ func (d *driver) check(prev snapshot) snapshot {
 	}
 	now := d.snap()
 	if now.inFlight > s.Slots && now.inFlight > prev.inFlight {
-		d.fail("in flight rose to %d over %d slots", now.inFlight, s.Slots)
+		d.fail("in flight or acquiring rose to %d over %d slots", now.inFlight, s.Slots)
+	}
+	if d.fleet != nil {
+		d.checkFleet(s)
 	}
 	d.q.mu.Lock()
 	var bad string
 	for id, ts := range d.q.tenants {
-		if ts.inFlight > ts.limit && ts.inFlight > prev.tenantIn[id] {
-			bad = fmt.Sprintf("tenant %s in flight rose to %d over its limit %d", id, ts.inFlight, ts.limit)
+		if n := ts.inFlight + ts.nClaimed; n > ts.limit && n > prev.tenantIn[id] {
+			bad = fmt.Sprintf("tenant %s in flight or acquiring rose to %d over its limit %d", id, n, ts.limit)
 		}
 		if ts.queued > ts.tier.qlimit && ts.queued > prev.tenantQueued[id] && !d.m.moved {
 			bad = fmt.Sprintf("tenant %s queued rose to %d over its limit %d", id, ts.queued, ts.tier.qlimit)
@@ -327,9 +338,13 @@ func (d *driver) check(prev snapshot) snapshot {
 // finish stops the load: every job must end exactly once and every counter
 // return to zero.
 func (d *driver) finish() {
+	if d.fleet != nil {
+		d.fleetQuiesce()
+	}
 	d.q.Drain()
 	d.m.draining = true
 	for range 100 {
+		d.runPending()
 		var running []*mJob
 		for _, j := range d.jobs {
 			if j.state == stDispatched {
@@ -342,16 +357,21 @@ func (d *driver) finish() {
 		for _, j := range running {
 			d.m.release(j)
 			j.h.Release()
+			d.m.afterOp()
 		}
 	}
 	d.m.flush()
 	d.q.FlushQueued()
+	d.m.afterOp()
+	d.runPending()
 	for _, j := range d.jobs {
 		if j.state == stDispatched {
 			d.m.release(j)
 			j.h.Release()
+			d.m.afterOp()
 		}
 	}
+	d.runPending()
 	d.check(d.snap())
 	for _, j := range d.jobs {
 		switch j.state {
@@ -361,8 +381,10 @@ func (d *driver) finish() {
 		}
 	}
 	assertEmpty(d.t.(*testing.T), d.q)
-	if d.gate != nil {
-		d.gate.assertZero(d.t.(*testing.T))
+	if d.fleet != nil {
+		if err := d.fleet.f.Err(true); err != nil {
+			d.fail("fleet after the load: %v", err)
+		}
 	}
 }
 

@@ -10,7 +10,10 @@ import (
 // policy Ack.
 type Stats struct {
 	Slots, InFlight, Queued int
-	Tiers                   map[string]TierStats
+	// Acquiring counts the queued jobs (part of Queued) whose slot the
+	// fleet-wide Gate is being asked for; 0 in local mode.
+	Acquiring int
+	Tiers     map[string]TierStats
 	// TenantInFlight is for debugging only; never a metric label.
 	TenantInFlight map[string]int
 	// ServiceTime is the EWMA of dispatch→release; 0 until Completed > 0.
@@ -55,6 +58,7 @@ func (q *Queue) Stats() Stats {
 		Slots:          q.slots,
 		InFlight:       q.inFlight,
 		Queued:         q.queued,
+		Acquiring:      q.fleet.claimed,
 		Tiers:          make(map[string]TierStats, len(q.tiers)),
 		TenantInFlight: map[string]int{},
 		Completed:      q.completed,
@@ -80,8 +84,8 @@ func (q *Queue) Stats() Stats {
 			Refused:    map[string]uint64{CauseCapacity: tr.refusedCapacity, CauseTenantLimit: tr.refusedTenant},
 			Retired:    tr.retired,
 		}
-		if tr.oldest != nil {
-			ts.OldestAge = time.Duration(now - tr.oldest.enq)
+		if o := tr.arrival.head; o != nil {
+			ts.OldestAge = time.Duration(now - o.enq)
 		}
 		if r, ok := q.drainRate(tr, now); ok {
 			ts.DrainRate = r

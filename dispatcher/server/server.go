@@ -1,17 +1,13 @@
 package server
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/http/httputil"
-	"os"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -25,9 +21,9 @@ import (
 	"github.com/tiergate/tiergate/dispatcher/queue"
 )
 
-// StatusClientClosed is the requests_total code of a request whose client
+// statusClientClosed is the requests_total code of a request whose client
 // went away before it was answered (nginx's convention).
-const StatusClientClosed = 499
+const statusClientClosed = 499
 
 // Config tunes the data path.
 type Config struct {
@@ -167,50 +163,72 @@ func (s *Server) leave() {
 	}
 }
 
-// ServeHTTP is the data path.
+// ServeHTTP is the data path. requests_total is counted here, once per
+// request, with the status the exchange's writer saw, or the outcome (499,
+// or 502 for a cut stream) that the data path set on the way.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.active.Add(1)
 	defer s.leave()
+	x := getExchange(w)
+	finished := false
+	defer func() {
+		s.m.Request(x.pool, x.tier, x.sw.status())
+		// After a panic (an aborted stream) the proxy may still hold x.
+		if finished {
+			putExchange(x)
+		}
+	}()
+	s.serve(x, r)
+	finished = true
+}
+
+func (s *Server) serve(x *exchange, r *http.Request) {
 	if s.draining.Load() {
-		s.refuse(w, "", "", apierror.Draining())
+		s.refuse(x, apierror.Draining())
 		return
 	}
 	st := s.cur.Load()
 	if st == nil {
-		s.refuse(w, "", "", apierror.NoPolicy())
+		s.refuse(x, apierror.NoPolicy())
 		return
 	}
+	x.pool = st.pool
 	who, err := st.id.Identify(r.Header)
+	x.tier = who.Tier
 	if err != nil {
-		s.refuse(w, st.pool, who.Tier, identityError(err, who.Tenant))
+		s.refuse(x, apierror.FromIdentity(err))
 		return
 	}
 	if st.exempt[r.URL.Path] {
-		s.forwardExempt(w, r, st, who)
+		s.forwardExempt(x, r, st, who)
 		return
 	}
-
-	body, aerr := s.readBody(w, r)
+	body, aerr := s.readBody(x.sw.ResponseWriter, r)
 	if aerr != nil {
-		s.refuse(w, st.pool, who.Tier, aerr)
+		s.refuse(x, aerr)
 		return
 	}
 	if body == nil {
-		s.clientGone(st.pool, who.Tier, "")
+		s.clientGone(x, "")
 		return
 	}
+	s.queueAndForward(x, r, st, who, body)
+}
 
+// queueAndForward admits the request, waits for its slot and forwards it,
+// releasing the slot exactly once.
+func (s *Server) queueAndForward(x *exchange, r *http.Request, st *state, who identity.Identity, body []byte) {
 	h, err := s.q.Admit(who.Tenant, who.Tier)
 	if err != nil {
-		s.refuse(w, st.pool, who.Tier, apierror.FromQueue(err, who.Tenant, who.Tier, st.tierWait[who.Tier], st.clientTimeout))
+		s.refuse(x, apierror.FromQueue(err, who.Tenant, who.Tier, st.tierWait[who.Tier], st.clientTimeout))
 		return
 	}
 	if err := h.Wait(r.Context()); err != nil {
 		if r.Context().Err() != nil && errors.Is(err, r.Context().Err()) {
-			s.clientGone(st.pool, who.Tier, metrics.StageQueued)
+			s.clientGone(x, metrics.StageQueued)
 			return
 		}
-		s.refuse(w, st.pool, who.Tier, apierror.FromQueue(err, who.Tenant, who.Tier, st.tierWait[who.Tier], st.clientTimeout))
+		s.refuse(x, apierror.FromQueue(err, who.Tenant, who.Tier, st.tierWait[who.Tier], st.clientTimeout))
 		return
 	}
 	dispatched := time.Now()
@@ -221,197 +239,28 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	waited := h.Waited()
 	s.m.ObserveWait(st.pool, who.Tier, waited)
 	if r.Context().Err() != nil {
-		s.clientGone(st.pool, who.Tier, metrics.StageDispatch)
+		s.clientGone(x, metrics.StageDispatch)
 		return
 	}
-	w.Header().Set(apierror.HeaderQueueWaitMs, strconv.FormatInt(waited.Milliseconds(), 10))
-	s.forward(w, r, st, who, body)
+	x.sw.Header().Set(apierror.HeaderQueueWaitMs, strconv.FormatInt(waited.Milliseconds(), 10))
+	s.forward(x, r, st, who, body)
 }
 
-// identityError maps identity's sentinels to refusals.
-func identityError(err error, tenant string) *apierror.Error {
-	msg := err.Error()
-	switch {
-	case errors.Is(err, identity.ErrUnknownTenant):
-		return apierror.UnknownTenant(tenant)
-	case errors.Is(err, identity.ErrMalformed):
-		return apierror.BadRequest(strings.TrimPrefix(msg, identity.ErrMalformed.Error()+": "))
-	default:
-		return apierror.Unauthenticated(strings.TrimPrefix(msg, identity.ErrUnauthenticated.Error()+": "))
-	}
-}
-
-func (s *Server) refuse(w http.ResponseWriter, pool, tier string, e *apierror.Error) {
+// refuse writes e and counts it by cause; requests_total is counted by
+// ServeHTTP from the status written.
+func (s *Server) refuse(x *exchange, e *apierror.Error) {
 	if e.Tier == "" {
-		e.Tier = tier // known once the caller is identified
+		e.Tier = x.tier // known once the caller is identified
 	}
-	e.Write(w)
-	s.m.Reject(pool, tier, e.Type)
-	s.m.Request(pool, tier, e.Status)
+	e.Write(&x.sw)
+	s.m.Reject(x.pool, x.tier, e.Cause)
 }
 
-// clientGone counts a request whose client left; stage "" when it left
-// before admission (nothing to abandon).
-func (s *Server) clientGone(pool, tier, stage string) {
+// clientGone records that the client left; stage "" when it left before
+// admission (nothing to abandon).
+func (s *Server) clientGone(x *exchange, stage string) {
 	if stage != "" {
-		s.m.Abandon(pool, tier, stage)
+		s.m.Abandon(x.pool, x.tier, stage)
 	}
-	s.m.Request(pool, tier, StatusClientClosed)
-}
-
-// readBody reads the whole body. It returns (nil, nil) when the client went
-// away while sending it.
-func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *apierror.Error) {
-	if r.ContentLength > s.cfg.MaxBodyBytes {
-		w.Header().Set("Connection", "close")
-		return nil, apierror.BodyTooLarge(s.cfg.MaxBodyBytes)
-	}
-	rc := http.NewResponseController(w)
-	_ = rc.SetReadDeadline(time.Now().Add(s.cfg.BodyTimeout))
-	// Reading to EOF also starts net/http's watch for the client closing
-	// the connection, which Wait relies on while the request is queued.
-	body, err := readAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes), r.ContentLength)
-	if err != nil {
-		// Leave the read deadline as it is and close the connection: what
-		// is left of this body is not worth waiting for.
-		w.Header().Set("Connection", "close")
-		var tooBig *http.MaxBytesError
-		switch {
-		case errors.As(err, &tooBig):
-			return nil, apierror.BodyTooLarge(s.cfg.MaxBodyBytes)
-		case errors.Is(err, os.ErrDeadlineExceeded):
-			return nil, apierror.RequestTimeout(s.cfg.BodyTimeout)
-		case r.Context().Err() != nil:
-			return nil, nil
-		default:
-			return nil, apierror.BadRequest("could not read the request body: " + err.Error())
-		}
-	}
-	_ = rc.SetReadDeadline(time.Time{})
-	return body, nil
-}
-
-// readAll reads r to EOF. With a known length it allocates exactly that
-// much: a queued request keeps its body, so slack would be paid per
-// queued request. It never returns a nil slice without an error.
-func readAll(r io.Reader, length int64) ([]byte, error) {
-	if length < 0 {
-		var buf bytes.Buffer
-		if _, err := buf.ReadFrom(r); err != nil {
-			return nil, err
-		}
-		return append([]byte{}, buf.Bytes()...), nil
-	}
-	body := make([]byte, length)
-	if _, err := io.ReadFull(r, body); err != nil {
-		if errors.Is(err, io.ErrUnexpectedEOF) {
-			err = fmt.Errorf("the body ended before its Content-Length: %w", err)
-		}
-		return nil, err
-	}
-	var probe [1]byte
-	if n, err := r.Read(probe[:]); n > 0 || (err != nil && !errors.Is(err, io.EOF)) {
-		if err == nil {
-			err = errors.New("the body is longer than its Content-Length")
-		}
-		return nil, err
-	}
-	return body, nil
-}
-
-// proxied is the per-request state the proxy hooks share.
-type proxied struct {
-	backend *balancer.Backend
-	id      *identity.Identifier
-	tenant  string
-	tier    string
-	status  int
-	failed  bool // the backend failed before answering
-}
-
-type proxiedKey struct{}
-
-func rewrite(pr *httputil.ProxyRequest) {
-	p := pr.In.Context().Value(proxiedKey{}).(*proxied)
-	pr.SetURL(p.backend.URL)
-	p.id.Strip(pr.Out.Header, p.tenant)
-}
-
-func modifyResponse(resp *http.Response) error {
-	if p, ok := resp.Request.Context().Value(proxiedKey{}).(*proxied); ok {
-		p.status = resp.StatusCode
-	}
-	return nil
-}
-
-// proxyError runs when the backend could not be reached or failed before
-// sending its headers.
-func (s *Server) proxyError(w http.ResponseWriter, r *http.Request, err error) {
-	p := r.Context().Value(proxiedKey{}).(*proxied)
-	if r.Context().Err() != nil {
-		return // the client left: nobody to answer
-	}
-	p.failed = true
-	s.cfg.Log.V(1).Info("backend failed", "backend", p.backend.Address, "err", err.Error())
-	apierror.BackendError(p.tier).Write(w)
-}
-
-func (s *Server) forward(w http.ResponseWriter, r *http.Request, st *state, who identity.Identity, body []byte) {
-	be, ok := s.bal.Pick()
-	if !ok {
-		s.refuse(w, st.pool, who.Tier, apierror.NoBackend(who.Tier))
-		return
-	}
-	defer be.Done()
-	p := &proxied{backend: be, id: st.id, tenant: who.Tenant, tier: who.Tier}
-	out := r.WithContext(context.WithValue(r.Context(), proxiedKey{}, p))
-	if body != nil {
-		out.Body = io.NopCloser(bytes.NewReader(body))
-		out.ContentLength = int64(len(body))
-		out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
-		if len(body) == 0 {
-			out.Body = http.NoBody
-		}
-	}
-	completed := false
-	defer func() {
-		if completed {
-			return
-		}
-		// The proxy aborts the response when the copy fails: the client left
-		// mid-generation (the upstream request is cancelled with it) or the
-		// backend died mid-stream (the client sees a cut stream).
-		v := recover()
-		if r.Context().Err() != nil {
-			s.clientGone(st.pool, who.Tier, metrics.StageInflight)
-		} else {
-			s.m.Request(st.pool, who.Tier, http.StatusBadGateway)
-			s.cfg.Log.V(1).Info("stream aborted", "backend", be.Address, "panic", fmt.Sprint(v))
-		}
-		if v != nil {
-			panic(v)
-		}
-	}()
-	s.proxy.ServeHTTP(w, out)
-	completed = true
-	switch {
-	case p.failed:
-		s.m.Reject(st.pool, who.Tier, apierror.TypeBackendError)
-		s.m.Request(st.pool, who.Tier, http.StatusBadGateway)
-	case p.status == 0:
-		// The client left before the backend answered.
-		s.clientGone(st.pool, who.Tier, metrics.StageInflight)
-	default:
-		s.m.Request(st.pool, who.Tier, p.status)
-	}
-}
-
-// forwardExempt proxies an exempt path without queueing.
-func (s *Server) forwardExempt(w http.ResponseWriter, r *http.Request, st *state, who identity.Identity) {
-	if r.ContentLength > s.cfg.MaxBodyBytes {
-		s.refuse(w, st.pool, who.Tier, apierror.BodyTooLarge(s.cfg.MaxBodyBytes))
-		return
-	}
-	r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
-	s.forward(w, r, st, who, nil)
+	x.sw.code = statusClientClosed
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -27,29 +28,65 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// backend records what reached it.
+// backend records what reached it. Paths: /slow waits on hold; /status/404
+// answers 404; /sse sends one event, waits on next, sends another; /cut
+// sends one event and drops the connection; anything else answers 200.
 type backend struct {
 	mu      sync.Mutex
 	headers []http.Header
 	paths   []string
 	hold    chan struct{} // when set, requests to /slow wait on it
+	next    chan struct{} // /sse waits on it between its events
+	arrived chan string   // when set, gets each path as it arrives
 }
 
 func (b *backend) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	b.mu.Lock()
 	b.headers = append(b.headers, r.Header.Clone())
 	b.paths = append(b.paths, r.URL.Path)
+	arrived := b.arrived
 	b.mu.Unlock()
 	_, _ = io.Copy(io.Discard, r.Body)
-	if r.URL.Path == "/slow" && b.hold != nil {
-		select {
-		case <-b.hold:
-		case <-r.Context().Done():
-			return
+	if arrived != nil {
+		arrived <- r.URL.Path
+	}
+	switch r.URL.Path {
+	case "/slow":
+		if b.hold != nil {
+			select {
+			case <-b.hold:
+			case <-r.Context().Done():
+				return
+			}
 		}
+	case "/status/404":
+		w.WriteHeader(http.StatusNotFound)
+		return
+	case "/sse", "/cut":
+		b.stream(w, r)
+		return
 	}
 	w.Header().Set("Content-Type", "application/json")
 	_, _ = io.WriteString(w, `{"ok":true}`)
+}
+
+func (b *backend) stream(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "text/event-stream")
+	_, _ = io.WriteString(w, "data: 1\n\n")
+	_ = http.NewResponseController(w).Flush()
+	if r.URL.Path == "/cut" {
+		conn, _, err := http.NewResponseController(w).Hijack()
+		if err == nil {
+			conn.Close()
+		}
+		return
+	}
+	select {
+	case <-b.next:
+	case <-r.Context().Done():
+		return
+	}
+	_, _ = io.WriteString(w, "data: 2\n\n")
 }
 
 type fixture struct {
@@ -176,21 +213,24 @@ func TestExemptPathBypassesQueue(t *testing.T) {
 func TestDrainWaitsForInFlight(t *testing.T) {
 	f := newFixture(t, testPolicy(policy.AuthTrustedHeader, 2))
 	f.be.hold = make(chan struct{})
+	f.be.arrived = make(chan string, 1)
 	h := http.Header{"X-Tenant-Id": {"acme"}}
 	done := make(chan int)
 	go func() { done <- f.do(t, http.MethodPost, "/slow", h).StatusCode }()
-	for f.srv.Active() != 1 || f.q.Stats().InFlight != 1 {
-		time.Sleep(time.Millisecond)
+	<-f.be.arrived // in flight: inside the handler, holding its slot
+	if a, q := f.srv.Active(), f.q.Stats().InFlight; a != 1 || q != 1 {
+		t.Fatalf("active %d, in flight %d; want 1 and 1", a, q)
 	}
 	f.srv.StartDrain()
 	if resp := f.do(t, http.MethodPost, "/v1/completions", h); resp.StatusCode != http.StatusServiceUnavailable {
 		t.Errorf("new request while draining: %d", resp.StatusCode)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-	if err := f.srv.WaitIdle(ctx); err == nil {
-		t.Error("WaitIdle returned with a request in flight")
-	}
+	// With a request in flight WaitIdle can only end with its context.
+	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
+	if err := f.srv.WaitIdle(ctx); !errors.Is(err, context.Canceled) {
+		t.Errorf("WaitIdle with a request in flight = %v, want context.Canceled", err)
+	}
 	close(f.be.hold)
 	if code := <-done; code != 200 {
 		t.Errorf("in-flight request: %d", code)

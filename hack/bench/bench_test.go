@@ -13,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/tiergate/tiergate/internal/testutil"
 )
 
 // Fixed concurrency of the throughput benchmark, and the open-loop rate of
@@ -134,18 +136,16 @@ func BenchmarkQueuedMemory(b *testing.B) {
 		}()
 	}
 	wg.Wait()
-	deadline := time.Now().Add(time.Minute)
 	var queued int
-	for time.Now().Before(deadline) {
-		if queued = queuedCount(b, admin); queued >= clients {
-			break
+	testutil.Eventually(b, time.Minute, "every client queued", func() error {
+		if queued = queuedCount(b, admin); queued < clients {
+			return fmt.Errorf("only %d of %d clients queued (%d connected)", queued, clients, len(conns))
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	if queued < clients {
-		b.Fatalf("only %d of %d clients queued (%d connected)", queued, clients, len(conns))
-	}
-	time.Sleep(500 * time.Millisecond) // let RSS settle
+		return nil
+	})
+	// A measurement pause, not a wait for an event: the kernel's RSS
+	// accounting lags the last allocations.
+	time.Sleep(500 * time.Millisecond)
 	rss1 := rss(b, pid)
 	live1 := goMemory(b, admin)
 	b.ReportMetric(float64(rss1-rss0)/clients/1024, "KiB/queued")

@@ -13,19 +13,19 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tiergate/tiergate/internal/testutil"
 )
 
 // groupGone waits up to 5s for every process of the group to be dead
 // (zombies count as dead: whoever inherited them reaps them).
 func groupGone(pgid int) bool {
-	deadline := time.Now().Add(5 * time.Second)
-	for len(groupMembers(pgid)) > 0 {
-		if time.Now().After(deadline) {
-			return false
+	return testutil.Poll(5*time.Second, func() error {
+		if m := groupMembers(pgid); len(m) > 0 {
+			return fmt.Errorf("group %d has %v", pgid, m)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return true
+		return nil
+	}) == nil
 }
 
 func TestSupervisorStopsGroups(t *testing.T) {
@@ -44,13 +44,7 @@ func TestSupervisorStopsGroups(t *testing.T) {
 	}
 	t.Cleanup(func() { s.killAll() })
 	// SIGTERM must come after the trap is set.
-	deadline := time.Now().Add(5 * time.Second)
-	for tail(stubborn.Log, 100) != "ready" {
-		if time.Now().After(deadline) {
-			t.Fatal("the stubborn child did not start")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testutil.EventuallyTrue(t, 5*time.Second, "the stubborn child's trap", func() bool { return tail(stubborn.Log, 100) == "ready" })
 	if polite.PGID != polite.PID || stubborn.PGID != stubborn.PID || polite.PGID == syscall.Getpgrp() {
 		t.Fatalf("children are not group leaders: %+v %+v", polite, stubborn)
 	}
@@ -130,13 +124,12 @@ func TestSweepKillsWhatMentionsTheMarker(t *testing.T) {
 	t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })
 	// Until the shell's child has exec'd sleep, it shows the shell's
 	// command line too.
-	deadline := time.Now().Add(5 * time.Second)
-	for got := pidsMentioning(marker); len(got) != 1 || got[0] != cmd.Process.Pid; got = pidsMentioning(marker) {
-		if time.Now().After(deadline) {
-			t.Fatalf("pidsMentioning = %v, want [%d]", got, cmd.Process.Pid)
+	testutil.Eventually(t, 5*time.Second, "the marked process found", func() error {
+		if got := pidsMentioning(marker); len(got) != 1 || got[0] != cmd.Process.Pid {
+			return fmt.Errorf("pidsMentioning = %v, want [%d]", got, cmd.Process.Pid)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 	killed := s.sweep(marker)
 	if len(killed) != 1 || !strings.HasPrefix(killed[0], fmt.Sprintf("pid %d (/bin/sh -c /bin/sleep 60; : ", cmd.Process.Pid)) {
 		t.Fatalf("sweep = %q", killed)
@@ -162,13 +155,12 @@ func TestGroupMembers(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); _ = cmd.Wait() })
-	deadline := time.Now().Add(5 * time.Second)
-	for len(groupMembers(cmd.Process.Pid)) != 3 {
-		if time.Now().After(deadline) {
-			t.Fatalf("group members %v, want the shell and two sleeps", groupMembers(cmd.Process.Pid))
+	testutil.Eventually(t, 5*time.Second, "the group of three", func() error {
+		if m := groupMembers(cmd.Process.Pid); len(m) != 3 {
+			return fmt.Errorf("group members %v, want the shell and two sleeps", m)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 	if !groupGone(cmd.Process.Pid) {
 		t.Fatalf("group still has %v", groupMembers(cmd.Process.Pid))
@@ -194,13 +186,12 @@ func TestPidsMentioningSkipsAncestors(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = sibling.Process.Kill(); _ = sibling.Wait() })
-	deadline := time.Now().Add(5 * time.Second)
-	for got := pidsMentioning(marker); len(got) != 1; got = pidsMentioning(marker) {
-		if time.Now().After(deadline) {
-			t.Fatalf("pidsMentioning = %v before the helper runs, want the sibling only", got)
+	testutil.Eventually(t, 5*time.Second, "the sibling found", func() error {
+		if got := pidsMentioning(marker); len(got) != 1 {
+			return fmt.Errorf("pidsMentioning = %v before the helper runs, want the sibling only", got)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 	cmd := exec.Command("/bin/sh", "-c", self+" -test.run=TestPidsMentioningSkipsAncestors -test.count=1; : "+marker)
 	cmd.Env = append(os.Environ(), "TIERGATE_DEMO_ANCESTOR_MARKER="+marker)
 	out, err := cmd.CombinedOutput()

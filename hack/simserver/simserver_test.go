@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"math"
 	"net/http"
@@ -17,6 +18,8 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/google/go-cmp/cmp"
 	"go.uber.org/goleak"
+
+	"github.com/tiergate/tiergate/internal/testutil"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -114,13 +117,13 @@ func TestSlotsFIFO(t *testing.T) {
 			}
 		}()
 		<-started
-		waitFor(t, func() bool { s.mu.Lock(); defer s.mu.Unlock(); return s.waiting.Len() == i+1 })
+		testutil.EventuallyTrue(t, 5*time.Second, fmt.Sprintf("%d waiting", i+1), func() bool { s.mu.Lock(); defer s.mu.Unlock(); return s.waiting.Len() == i+1 })
 	}
 	// A waiter that gives up leaves the FIFO without taking a slot.
 	cctx, cancel := context.WithCancel(ctx)
 	done := make(chan bool)
 	go func() { done <- s.acquire(cctx) }()
-	waitFor(t, func() bool { s.mu.Lock(); defer s.mu.Unlock(); return s.waiting.Len() == 4 })
+	testutil.EventuallyTrue(t, 5*time.Second, "4 waiting", func() bool { s.mu.Lock(); defer s.mu.Unlock(); return s.waiting.Len() == 4 })
 	cancel()
 	if <-done {
 		t.Fatal("cancelled acquire reported success")
@@ -132,17 +135,6 @@ func TestSlotsFIFO(t *testing.T) {
 	}
 	if s.busy != 0 || s.waiting.Len() != 0 {
 		t.Errorf("busy=%d waiting=%d after all released", s.busy, s.waiting.Len())
-	}
-}
-
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not reached in 5s")
-		}
-		time.Sleep(time.Millisecond)
 	}
 }
 
@@ -292,13 +284,13 @@ func TestStatsPeaksAndCancels(t *testing.T) {
 				resp.Body.Close()
 			}
 		}()
-		waitFor(t, func() bool { return s.stats.snapshot().Tenants["c"].Active == i+1 })
+		testutil.EventuallyTrue(t, 5*time.Second, fmt.Sprintf("%d of c active", i+1), func() bool { return s.stats.snapshot().Tenants["c"].Active == i+1 })
 	}
 	cancelQueued()
-	waitFor(t, func() bool { return s.stats.snapshot().Tenants["c"].CancelledQueued == 1 })
+	testutil.EventuallyTrue(t, 5*time.Second, "the queued one cancelled", func() bool { return s.stats.snapshot().Tenants["c"].CancelledQueued == 1 })
 	cancelGen()
 	wg.Wait()
-	waitFor(t, func() bool { return s.stats.snapshot().Active == 0 })
+	testutil.EventuallyTrue(t, 5*time.Second, "none active", func() bool { return s.stats.snapshot().Active == 0 })
 	got := s.stats.snapshot()
 	if got.PeakGenerating != 2 {
 		t.Errorf("peak generating %d, want 2 (the --concurrency)", got.PeakGenerating)

@@ -60,3 +60,28 @@ func BuildBinary(dir, out, pkg string, o BuildOptions) error {
 	}
 	return nil
 }
+
+// Binaries are the programs the process-level suites run.
+type Binaries struct {
+	// Tiergate is the module's main package: controller and dispatcher.
+	Tiergate string
+	// Simserver is hack/simserver, the model server stand-in.
+	Simserver string
+}
+
+// BuildBinaries builds Binaries into dir, both at once, from the module
+// root.
+func BuildBinaries(dir string, o BuildOptions) (Binaries, error) {
+	root, err := ModuleRoot()
+	if err != nil {
+		return Binaries{}, err
+	}
+	b := Binaries{Tiergate: filepath.Join(dir, "tiergate"), Simserver: filepath.Join(dir, "simserver")}
+	errs := make(chan error, 2)
+	go func() { errs <- BuildBinary(root, b.Tiergate, ".", o) }()
+	go func() { errs <- BuildBinary(root, b.Simserver, "./hack/simserver", o) }()
+	if err := errors.Join(<-errs, <-errs); err != nil {
+		return Binaries{}, err
+	}
+	return b, nil
+}

@@ -89,3 +89,26 @@ func TestBuildBinary(t *testing.T) {
 		}
 	})
 }
+
+func TestBuildBinaries(t *testing.T) {
+	b := binaries(t)
+	for name, tc := range map[string]struct {
+		path, args, want string
+	}{
+		"tiergate":  {b.Tiergate, "dispatcher --help", "-admin-listen"},
+		"simserver": {b.Simserver, "--help", "simserver: a STAND-IN for vLLM"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			out, _ := exec.Command(tc.path, strings.Fields(tc.args)...).CombinedOutput()
+			if !strings.Contains(string(out), tc.want) {
+				t.Errorf("%s %s does not say %q:\n%s", tc.path, tc.args, tc.want, out)
+			}
+		})
+	}
+	t.Run("outside the module", func(t *testing.T) {
+		t.Chdir(t.TempDir())
+		if _, err := BuildBinaries(t.TempDir(), BuildOptions{}); err == nil {
+			t.Error("BuildBinaries outside any module succeeded")
+		}
+	})
+}

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -23,22 +24,39 @@ type Process struct {
 	err  error // cmd.Wait's result; written before done is closed
 }
 
-// buffer is a bytes.Buffer the process writes while tests read it.
+// buffer is a bytes.Buffer the process writes while tests read it; every
+// write closes changed and replaces it, which wakes WaitOutput.
 type buffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
+	mu      sync.Mutex
+	b       bytes.Buffer
+	changed chan struct{}
 }
 
 func (l *buffer) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.b.Write(p)
+	n, err := l.b.Write(p)
+	if l.changed != nil {
+		close(l.changed)
+	}
+	l.changed = make(chan struct{})
+	return n, err
 }
 
 func (l *buffer) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
+}
+
+// next is the output so far and a channel closed by the next write.
+func (l *buffer) next() (string, <-chan struct{}) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.changed == nil {
+		l.changed = make(chan struct{})
+	}
+	return l.b.String(), l.changed
 }
 
 // Start starts cmd with its stdout and stderr captured. The rest of cmd
@@ -130,6 +148,40 @@ func (p *Process) Err() error {
 	return p.err
 }
 
+// AwaitOutput waits until cond holds for the output so far, asking again
+// after every write. When the process exits first, cond is asked once
+// more about the complete output. The error says why it gave up.
+func (p *Process) AwaitOutput(timeout time.Duration, cond func(out string) bool) error {
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	for {
+		out, changed := p.out.next()
+		if cond(out) {
+			return nil
+		}
+		select {
+		case <-changed:
+		case <-p.done:
+			// Wait has returned, so the output is complete.
+			if cond(p.Output()) {
+				return nil
+			}
+			return fmt.Errorf("%s exited (%v) first", filepath.Base(p.cmd.Path), p.err)
+		case <-timer.C:
+			return fmt.Errorf("not within %s", timeout)
+		}
+	}
+}
+
+// WaitOutput is AwaitOutput for a test: it fails t when cond does not hold
+// in time.
+func (p *Process) WaitOutput(t testing.TB, timeout time.Duration, what string, cond func(out string) bool) {
+	t.Helper()
+	if err := p.AwaitOutput(timeout, cond); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+}
+
 // Signal sends sig to the process.
 func (p *Process) Signal(sig os.Signal) error { return p.cmd.Process.Signal(sig) }
 
@@ -146,6 +198,20 @@ func (p *Process) Terminate(sig os.Signal, grace time.Duration) {
 	case <-p.done:
 	case <-time.After(grace):
 		p.Kill()
+	}
+}
+
+// StopClean sends SIGTERM and fails t unless the process then exits with
+// status 0 within the given time (SIGKILL after it).
+func (p *Process) StopClean(t testing.TB, within time.Duration) {
+	t.Helper()
+	if p.Exited() {
+		t.Errorf("%s had exited (%v) before SIGTERM", filepath.Base(p.cmd.Path), p.err)
+		return
+	}
+	p.Stop(within)
+	if code, _ := ExitCode(p.err); code != 0 {
+		t.Errorf("%s after SIGTERM: %v, want exit status 0 within %s", filepath.Base(p.cmd.Path), p.err, within)
 	}
 }
 

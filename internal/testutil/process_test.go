@@ -3,6 +3,7 @@ package testutil
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -105,12 +106,7 @@ func ignoringTERM(t *testing.T) *Process {
 	t.Helper()
 	// exec keeps the ignored disposition and leaves no shell behind.
 	p := mustStart(t, exec.Command("sh", "-c", `trap "" TERM; echo ready; exec sleep 30`))
-	Eventually(t, 5*time.Second, "the shell set its trap", func() error {
-		if !strings.Contains(p.Output(), "ready") {
-			return errors.New("no ready yet")
-		}
-		return nil
-	})
+	p.WaitOutput(t, 5*time.Second, "the shell set its trap", func(out string) bool { return out == "ready\n" })
 	return p
 }
 
@@ -125,6 +121,11 @@ func TestOutputIsCapturedInOrder(t *testing.T) {
 	}
 	if !p.Exited() || p.Err() != nil {
 		t.Errorf("Exited, Err = %v, %v; want true, nil", p.Exited(), p.Err())
+	}
+	select {
+	case <-p.Done():
+	default:
+		t.Error("Done is open after the exit")
 	}
 }
 
@@ -180,15 +181,16 @@ func TestKillGroupKillsTheChildren(t *testing.T) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	p := mustStart(t, cmd)
 	var child int
-	Eventually(t, 5*time.Second, "the shell printed its child's pid", func() error {
+	p.WaitOutput(t, 5*time.Second, "the shell printed its child's pid", func(out string) bool {
 		var err error
-		child, err = strconv.Atoi(strings.TrimSpace(p.Output()))
-		return err
+		child, err = strconv.Atoi(strings.TrimSuffix(out, "\n"))
+		return err == nil && strings.HasSuffix(out, "\n")
 	})
 	p.KillGroup()
 	if got := signalOf(t, p.Err()); got != syscall.SIGKILL {
 		t.Errorf("the leader ended by %v, want SIGKILL", got)
 	}
+	p.KillGroup() // idempotent
 	// The child is not ours to reap: it is gone once kill(pid, 0) fails,
 	// or a zombie waiting for init.
 	Eventually(t, 5*time.Second, "the child is dead", func() error {
@@ -338,12 +340,7 @@ func TestStartTCleanup(t *testing.T) {
 			if printed == "" {
 				printed = "ready\n"
 			}
-			Eventually(t, 5*time.Second, "the script's output", func() error {
-				if got := p.Output(); got != printed {
-					return fmt.Errorf("output so far %q, want %q", got, printed)
-				}
-				return nil
-			})
+			p.WaitOutput(t, 5*time.Second, "the script's output", func(out string) bool { return out == printed })
 			if tc.failTest {
 				r.Errorf("the test failed")
 			}
@@ -429,4 +426,109 @@ func TestLastBytesAndLines(t *testing.T) {
 			}
 		})
 	}
+}
+
+func TestAwaitOutput(t *testing.T) {
+	tests := map[string]struct {
+		script  string
+		want    string
+		timeout time.Duration
+		wantErr string // "" means success
+	}{
+		"a line written later": {
+			script: "echo one; read _; echo two; exec sleep 30", want: "one\ntwo\n", timeout: 10 * time.Second,
+		},
+		"the last words of a process that exits": {
+			script: "echo one; read _; echo bye; exit 0", want: "one\nbye\n", timeout: 10 * time.Second,
+		},
+		"the process exits first": {
+			script: "echo one; read _; exit 4", want: "one\ntwo\n", timeout: 10 * time.Second,
+			wantErr: "sh exited (exit status 4) first",
+		},
+		"timeout": {
+			script: "echo one; read _; exec sleep 30", want: "one\ntwo\n", timeout: 200 * time.Millisecond,
+			wantErr: "not within 200ms",
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			cmd := exec.Command("sh", "-c", tc.script)
+			stdin, err := cmd.StdinPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			p := mustStart(t, cmd)
+			var calls []string
+			errc := make(chan error, 1)
+			go func() {
+				errc <- p.AwaitOutput(tc.timeout, func(out string) bool { calls = append(calls, out); return out == tc.want })
+			}()
+			// The script writes its second line only after a first call
+			// has seen the first: AwaitOutput must wake on that write.
+			p.WaitOutput(t, 10*time.Second, "the first line", func(out string) bool { return out == "one\n" })
+			if _, err := io.WriteString(stdin, "go\n"); err != nil {
+				t.Fatal(err)
+			}
+			err = <-errc
+			got := ""
+			if err != nil {
+				got = err.Error()
+			}
+			if got != tc.wantErr {
+				t.Errorf("AwaitOutput = %q, want %q", got, tc.wantErr)
+			}
+			if len(calls) == 0 || len(calls) > 4 {
+				t.Errorf("cond called %d times with %q: want a call per write, not a poll", len(calls), calls)
+			}
+		})
+	}
+	t.Run("WaitOutput fails the test", func(t *testing.T) {
+		p := mustStart(t, exec.Command("sleep", "30"))
+		r := &recorder{TB: t}
+		r.do(func() { p.WaitOutput(r, 50*time.Millisecond, "a word", func(out string) bool { return out != "" }) })
+		if diff := cmp.Diff([]string{"a word: not within 50ms"}, r.errs); diff != "" || !r.fatal {
+			t.Errorf("failures (-want +got):\n%s", diff)
+		}
+	})
+}
+
+func TestStopClean(t *testing.T) {
+	tests := map[string]struct {
+		script   string
+		within   time.Duration
+		wantErrs []string
+	}{
+		"exits 0 on SIGTERM": {script: `trap 'kill $!; exit 0' TERM; echo ready; sleep 30 & wait`, within: 10 * time.Second},
+		"dies of SIGTERM": {script: "echo ready; exec sleep 30", within: 10 * time.Second,
+			wantErrs: []string{"sh after SIGTERM: signal: terminated, want exit status 0 within 10s"}},
+		"exits 3 on SIGTERM": {script: `trap 'kill $!; exit 3' TERM; echo ready; sleep 30 & wait`, within: 10 * time.Second,
+			wantErrs: []string{"sh after SIGTERM: exit status 3, want exit status 0 within 10s"}},
+		"ignores SIGTERM": {script: `trap "" TERM; echo ready; exec sleep 30`, within: 300 * time.Millisecond,
+			wantErrs: []string{"sh after SIGTERM: signal: killed, want exit status 0 within 300ms"}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			p := mustStart(t, exec.Command("sh", "-c", tc.script))
+			p.WaitOutput(t, 5*time.Second, "the trap set", func(out string) bool { return out == "ready\n" })
+			r := &recorder{TB: t}
+			r.do(func() { p.StopClean(r, tc.within) })
+			if diff := cmp.Diff(tc.wantErrs, r.errs); diff != "" {
+				t.Errorf("failures (-want +got):\n%s", diff)
+			}
+			if !p.Exited() {
+				t.Error("still running after StopClean")
+			}
+		})
+	}
+	t.Run("had exited", func(t *testing.T) {
+		p := mustStart(t, exec.Command("sh", "-c", "exit 0"))
+		if exited, _ := p.Wait(10 * time.Second); !exited {
+			t.Fatal("sh did not exit")
+		}
+		r := &recorder{TB: t}
+		r.do(func() { p.StopClean(r, time.Second) })
+		if diff := cmp.Diff([]string{"sh had exited (<nil>) before SIGTERM"}, r.errs); diff != "" {
+			t.Errorf("failures (-want +got):\n%s", diff)
+		}
+	})
 }

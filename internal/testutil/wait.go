@@ -1,6 +1,7 @@
 package testutil
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"slices"
@@ -9,23 +10,31 @@ import (
 	"time"
 )
 
-// pollEvery is how often Eventually asks again.
+// pollEvery is how often Poll asks again.
 const pollEvery = 10 * time.Millisecond
+
+// Poll calls f until it returns nil, and returns nil; when timeout passes
+// first, it returns f's last error.
+func Poll(timeout time.Duration, f func() error) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		err := f()
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not within %s: %w", timeout, err)
+		}
+		time.Sleep(pollEvery)
+	}
+}
 
 // Eventually calls f until it returns nil, and fails t with f's last error
 // when timeout passes first.
 func Eventually(t testing.TB, timeout time.Duration, what string, f func() error) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s: %v", what, timeout, err)
-		}
-		time.Sleep(pollEvery)
+	if err := Poll(timeout, f); err != nil {
+		t.Fatalf("%s: %v", what, err)
 	}
 }
 
@@ -33,14 +42,18 @@ func Eventually(t testing.TB, timeout time.Duration, what string, f func() error
 // passes first.
 func EventuallyTrue(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+	err := Poll(timeout, func() error {
+		if !cond() {
+			return errNotYet
 		}
-		time.Sleep(pollEvery)
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("timed out after %s waiting for %s", timeout, what)
 	}
 }
+
+var errNotYet = errors.New("not yet")
 
 // FreePort is a TCP port on ip (a loopback address) that was free a moment
 // ago.

@@ -10,6 +10,32 @@ import (
 	"time"
 )
 
+func TestPoll(t *testing.T) {
+	errStill := errors.New("still no")
+	t.Run("nil once f holds", func(t *testing.T) {
+		n := 0
+		err := Poll(5*time.Second, func() error {
+			if n++; n < 3 {
+				return errStill
+			}
+			return nil
+		})
+		if err != nil || n != 3 {
+			t.Errorf("Poll = %v after %d calls, want nil after 3", err, n)
+		}
+	})
+	t.Run("the last error after the timeout", func(t *testing.T) {
+		start := time.Now()
+		err := Poll(50*time.Millisecond, func() error { return errStill })
+		if took := time.Since(start); took < 50*time.Millisecond {
+			t.Errorf("gave up after %s", took)
+		}
+		if !errors.Is(err, errStill) || err.Error() != "not within 50ms: still no" {
+			t.Errorf("Poll = %v, want \"not within 50ms: still no\" wrapping the last error", err)
+		}
+	})
+}
+
 func TestEventually(t *testing.T) {
 	t.Run("holds after a few tries", func(t *testing.T) {
 		n := 0

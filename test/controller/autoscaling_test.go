@@ -1,7 +1,6 @@
 package controller
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -36,9 +35,7 @@ func withAutoscaling(minReplicas, maxReplicas int) func(string) string {
 // patchPool applies a JSON patch to the sample pool with kubectl.
 func (e *env) patchPool(patch string) {
 	e.t.Helper()
-	if out, err := kubectlCmd("patch", "modelpool", "llm", "-n", e.ns, "--type=json", "-p", patch); err != nil {
-		e.t.Fatalf("kubectl patch modelpool: %v\n%s", err, out)
-	}
+	kubectl.Must(e.t, "patch", "modelpool", "llm", "-n", e.ns, "--type=json", "-p", patch)
 }
 
 // autoscalerIs waits for the AutoscalerUnavailable condition, with the
@@ -262,7 +259,7 @@ func TestDesiredReplicasFromTheAcks(t *testing.T) {
 // pool's desired replicas, as one sample.
 func promtoolQueryTest(t *testing.T, query, exported string) {
 	t.Helper()
-	promtool, err := exec.LookPath("promtool")
+	bin, err := exec.LookPath("promtool")
 	if err != nil {
 		t.Fatalf("promtool not found: install it with `hack/ensure-deb.sh prometheus` (%v)", err)
 	}
@@ -299,8 +296,7 @@ tests:
 	if err := os.WriteFile(path, []byte(tests), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	out, err := exec.CommandContext(context.Background(), promtool, "test", "rules", path).CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "SUCCESS") {
-		t.Fatalf("promtool test rules: %v\n%s\n%s", err, out, tests)
+	if r := (testutil.Tool{Bin: bin}).Run("test", "rules", path); r.Err != nil || !strings.Contains(r.Stdout, "SUCCESS") {
+		t.Fatalf("%s\n%s", r, tests)
 	}
 }

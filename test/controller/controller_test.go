@@ -57,6 +57,16 @@ func matches(want policy.Policy) func(*policy.Policy) error {
 	}
 }
 
+// slots accepts a held policy of n slots.
+func slots(n int) func(*policy.Policy) error {
+	return func(p *policy.Policy) error {
+		if p.Slots != n {
+			return fmt.Errorf("slots %d, want %d", p.Slots, n)
+		}
+		return nil
+	}
+}
+
 // sampleEnv starts n probed dispatchers and 6 model pods, applies the
 // samples and sets 6 ready replicas.
 func sampleEnv(t *testing.T, n int, mutate ...func(string) string) (*env, []policy.Backend) {
@@ -276,7 +286,7 @@ func TestObjectChanges(t *testing.T) {
 	}
 
 	t.Run("a new TenantQuota appears", func(t *testing.T) {
-		out, err := kubectlStdin([]byte(`apiVersion: tiergate.dev/v1alpha1
+		kubectl.MustInput(t, `apiVersion: tiergate.dev/v1alpha1
 kind: TenantQuota
 metadata:
   name: hooli
@@ -285,10 +295,7 @@ spec:
   tierRef:
     name: standard
   maxConcurrency: 5
-`), "apply", "-n", e.ns, "-f", "-")
-		if err != nil {
-			t.Fatalf("kubectl apply: %v\n%s", err, out)
-		}
+`, "apply", "-n", e.ns, "-f", "-")
 		tenants := []policy.Tenant{{ID: "acme", Tier: "premium"}, {ID: "globex", Tier: "standard"},
 			{ID: "hooli", Tier: "standard", MaxConcurrency: 2}, {ID: "initech", Tier: "free"}}
 		if took, err := allHold(e.disp, 2*time.Second, matches(samplePolicy(e.ns, backends, 12, tiers, tenants))); err != nil {
@@ -303,9 +310,7 @@ spec:
 	})
 
 	t.Run("a deleted ServiceTier disappears and its quotas say TierNotFound", func(t *testing.T) {
-		if out, err := kubectlCmd("delete", "-n", e.ns, "servicetier", "standard"); err != nil {
-			t.Fatalf("kubectl delete: %v\n%s", err, out)
-		}
+		kubectl.Must(t, "delete", "-n", e.ns, "servicetier", "standard")
 		// Σ L changes nothing per dispatcher; standard and its tenants go.
 		want := samplePolicy(e.ns, backends, 12, []policy.Tier{tiers[0], tiers[2]}, []policy.Tenant{{ID: "acme", Tier: "premium"}, {ID: "initech", Tier: "free"}})
 		if took, err := allHold(e.disp, 2*time.Second, matches(want)); err != nil {
@@ -327,9 +332,7 @@ spec:
 		if err := k8s.Create(ctx, secret); err != nil {
 			t.Fatal(err)
 		}
-		if out, err := kubectlCmd("patch", "-n", e.ns, "tenantquota", "acme", "--type=merge", "-p", `{"spec":{"apiKeySecretRef":{"name":"acme-keys"}}}`); err != nil {
-			t.Fatalf("kubectl patch: %v\n%s", err, out)
-		}
+		kubectl.Must(t, "patch", "-n", e.ns, "tenantquota", "acme", "--type=merge", "-p", `{"spec":{"apiKeySecretRef":{"name":"acme-keys"}}}`)
 		withKey := func(key string) policy.Policy {
 			return samplePolicy(e.ns, backends, 12, []policy.Tier{tiers[0], tiers[2]},
 				[]policy.Tenant{{ID: "acme", Tier: "premium", APIKeySHA256: []string{sum(key)}}, {ID: "initech", Tier: "free"}})
@@ -346,7 +349,7 @@ spec:
 		}
 		// The plaintext never reaches a dispatcher or the controller's log.
 		for _, d := range e.disp {
-			if strings.Contains(d.proc.Output(), "sk-acme") {
+			if strings.Contains(d.Output(), "sk-acme") {
 				t.Errorf("%s's log contains the API key", d.pod)
 			}
 		}
@@ -362,9 +365,7 @@ spec:
 	})
 
 	t.Run("a missing Secret is reported", func(t *testing.T) {
-		if out, err := kubectlCmd("patch", "-n", e.ns, "tenantquota", "initech", "--type=merge", "-p", `{"spec":{"apiKeySecretRef":{"name":"no-such-secret"}}}`); err != nil {
-			t.Fatalf("kubectl patch: %v\n%s", err, out)
-		}
+		kubectl.Must(t, "patch", "-n", e.ns, "tenantquota", "initech", "--type=merge", "-p", `{"spec":{"apiKeySecretRef":{"name":"no-such-secret"}}}`)
 		quotaEventually(t, e.ns, "initech", "initech SecretNotFound", func(q v1alpha1.TenantQuota) error {
 			return conditionIs(q.Status.Conditions, v1alpha1.ConditionReady, metav1.ConditionFalse, "SecretNotFound")
 		})
@@ -398,7 +399,7 @@ func TestDispatcherPodsComeAndGo(t *testing.T) {
 		return nil
 	})
 	// Now let its readiness probe run: it is Ready because it has a policy.
-	e.kubelet.probe(e.ns, fresh.pod, "http://"+fresh.admin+"/readyz")
+	e.kubelet.probe(e.ns, fresh.pod, fresh.AdminURL("/readyz"))
 	testutil.Eventually(t, 2*time.Second, "the new pod becomes Ready", func() error {
 		if ready, err := podIsReady(e.ns, fresh.pod); err != nil || !ready {
 			return fmt.Errorf("ready=%v err=%v", ready, err)
@@ -420,18 +421,20 @@ func TestDispatcherPodsComeAndGo(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Another change and three resync periods later, the removed pod still
-	// holds what it had: nothing was pushed to it.
+	gonePushes := gone.pushes()
+	// Another change, and three resyncs after it (each re-pushes to every
+	// pod the controller targets), the removed pod still holds what it
+	// had: nothing was pushed to it.
 	e.setReadyReplicas(3)
-	if _, err := allHold(remaining, 2*time.Second, func(p *policy.Policy) error {
-		if p.Slots != 6 {
-			return fmt.Errorf("slots %d, want 6", p.Slots)
-		}
-		return nil
-	}); err != nil {
+	if _, err := allHold(remaining, 2*time.Second, slots(6)); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(1500 * time.Millisecond)
+	for _, d := range remaining {
+		d.waitPushes(t, d.pushes(), 3)
+	}
+	if n := gone.pushes() - gonePushes; n != 0 {
+		t.Errorf("the removed pod applied %d pushes after its removal", n)
+	}
 	after, err := getPolicy(gone)
 	if err != nil {
 		t.Fatal(err)
@@ -499,7 +502,8 @@ func TestMeasuredServiceTime(t *testing.T) {
 	d := e.startDispatcher("dispatcher-0", 2, pushToken, true)
 	backends := e.modelPods(2)
 	for i, b := range backends {
-		startProcess(t, fmt.Sprintf("simserver-%d", i), simBin, "--listen", b.Address, "--concurrency", "4", "--service-time", "const:300ms")
+		testutil.StartSimserver(t, bins.Simserver, testutil.SimOptions{Options: procOpts(fmt.Sprintf("simserver-%d", i)),
+			Addr: b.Address, Args: []string{"--concurrency", "4", "--service-time", "const:300ms"}})
 	}
 	e.applySamples(func(s string) string { return replaceOnce(t, s, "source: Declared", "source: Measured") })
 	e.setReadyReplicas(6)
@@ -510,20 +514,10 @@ func TestMeasuredServiceTime(t *testing.T) {
 	}, sampleTenants))); err != nil {
 		t.Fatalf("declared-mean policy not held after %s: %v", took, err)
 	}
-	testutil.Eventually(t, 10*time.Second, "simservers serve", func() error {
-		for _, b := range backends {
-			resp, err := http.Get("http://" + b.Address + "/health")
-			if err != nil {
-				return err
-			}
-			resp.Body.Close()
-		}
-		return nil
-	})
 
 	// 48 real completions through the dispatcher (8 at a time, within both
 	// simservers' concurrency, so the service time is the simservers' own).
-	oc := openai.NewClient(option.WithBaseURL("http://"+d.data+"/v1/"), option.WithAPIKey("unused"),
+	oc := openai.NewClient(option.WithBaseURL(d.DataURL("/v1/")), option.WithAPIKey("unused"),
 		option.WithHeader("X-Tenant-ID", "acme"), option.WithMaxRetries(0), option.WithRequestTimeout(10*time.Second))
 	var wg sync.WaitGroup
 	errs := make(chan error, 48)
@@ -588,12 +582,7 @@ func TestMeasuredServiceTime(t *testing.T) {
 
 func TestControllerRestartNeverRegressesVersions(t *testing.T) {
 	e, backends := sampleEnv(t, 1)
-	if took, err := allHold(e.disp, 2*time.Second, func(p *policy.Policy) error {
-		if p.Slots != 24 {
-			return fmt.Errorf("slots %d", p.Slots)
-		}
-		return nil
-	}); err != nil {
+	if took, err := allHold(e.disp, 2*time.Second, slots(24)); err != nil {
 		t.Fatalf("not held after %s: %v", took, err)
 	}
 	_ = backends
@@ -610,12 +599,7 @@ func TestControllerRestartNeverRegressesVersions(t *testing.T) {
 	// The new process has no memory: it must go above the persisted
 	// version (a dispatcher would answer 409 to anything older).
 	e.setReadyReplicas(3)
-	if took, err := allHold(e.disp, 5*time.Second, func(p *policy.Policy) error {
-		if p.Slots != 12 {
-			return fmt.Errorf("slots %d", p.Slots)
-		}
-		return nil
-	}); err != nil {
+	if took, err := allHold(e.disp, 5*time.Second, slots(12)); err != nil {
 		t.Fatalf("the restarted controller's policy not held after %s: %v", took, err)
 	}
 	after, err := getPolicy(e.disp[0])
@@ -658,27 +642,14 @@ func TestUnreachableDispatcherIsRetried(t *testing.T) {
 		return nil
 	})
 	// The reachable one is served meanwhile (12 of the 24 slots).
-	if _, err := allHold(e.disp, time.Second, func(p *policy.Policy) error {
-		if p.Slots != 12 {
-			return fmt.Errorf("slots %d, want 12", p.Slots)
-		}
-		return nil
-	}); err != nil {
+	if _, err := allHold(e.disp, time.Second, slots(12)); err != nil {
 		t.Fatal(err)
 	}
 	// Now the dispatcher starts on that address: the backoff retry (at most
 	// 5s apart by default) delivers the policy without any change.
 	started := time.Now()
-	d := &dispatcher{pod: late.pod, ip: late.ip,
-		admin: fmt.Sprintf("%s:%d", late.ip, e.adminPort), data: fmt.Sprintf("%s:%d", late.ip, e.dataPort), token: "e2e-push-token-0123456789"}
-	d.proc = startProcess(t, "dispatcher "+late.pod, tiergateBin, "dispatcher", "--listen", d.data, "--admin-listen", d.admin,
-		"--admin-token-file", pushToken, "--drain-timeout", "1s", "--log-format", "text")
-	took, err := allHold([]*dispatcher{d}, 20*time.Second, func(p *policy.Policy) error {
-		if p.Slots != 12 {
-			return fmt.Errorf("slots %d, want 12", p.Slots)
-		}
-		return nil
-	})
+	late.run(e, pushToken)
+	took, err := allHold([]*dispatcher{late}, 20*time.Second, slots(12))
 	if err != nil {
 		t.Fatalf("the late dispatcher has no policy %s after it started: %v", took, err)
 	}
@@ -697,18 +668,14 @@ func TestUnreachableDispatcherIsRetried(t *testing.T) {
 
 func TestPoolDeletion(t *testing.T) {
 	e, _ := sampleEnv(t, 1)
+	// A second pool the test leaves alone: what the controller does for it
+	// shows how far the controller has got.
+	control, _ := sampleEnv(t, 1)
 	ctx := context.Background()
-	if _, err := allHold(e.disp, 2*time.Second, func(p *policy.Policy) error {
-		if p.Slots != 24 {
-			return fmt.Errorf("slots %d", p.Slots)
-		}
-		return nil
-	}); err != nil {
+	if _, err := allHold(append(e.disp, control.disp...), 2*time.Second, slots(24)); err != nil {
 		t.Fatal(err)
 	}
-	if out, err := kubectlCmd("delete", "-n", e.ns, "modelpool", "llm"); err != nil {
-		t.Fatalf("kubectl delete: %v\n%s", err, out)
-	}
+	kubectl.Must(t, "delete", "-n", e.ns, "modelpool", "llm")
 	testutil.Eventually(t, 2*time.Second, "tiers and quotas say PoolNotFound", func() error {
 		var tiers v1alpha1.ServiceTierList
 		if err := k8s.List(ctx, &tiers, client.InNamespace(e.ns)); err != nil {
@@ -734,13 +701,22 @@ func TestPoolDeletion(t *testing.T) {
 		return nil
 	})
 	// The dispatcher keeps its last policy (DESIGN.md section 7) and gets
-	// no more pushes.
+	// no more pushes: not for the Deployment's change, nor for the three
+	// resyncs the other pool gets after the same change to its own.
 	before, err := getPolicy(e.disp[0])
 	if err != nil {
 		t.Fatal(err)
 	}
+	pushed := e.disp[0].pushes()
 	e.setReadyReplicas(3)
-	time.Sleep(1500 * time.Millisecond)
+	control.setReadyReplicas(3)
+	if _, err := allHold(control.disp, 2*time.Second, slots(12)); err != nil {
+		t.Fatal(err)
+	}
+	control.disp[0].waitPushes(t, control.disp[0].pushes(), 3)
+	if n := e.disp[0].pushes() - pushed; n != 0 {
+		t.Errorf("the dispatcher of the deleted pool applied %d pushes", n)
+	}
 	after, err := getPolicy(e.disp[0])
 	if err != nil {
 		t.Fatal(err)
@@ -753,12 +729,7 @@ func TestPoolDeletion(t *testing.T) {
 // TestMetrics scrapes the controller's metrics endpoint.
 func TestMetrics(t *testing.T) {
 	e, _ := sampleEnv(t, 1)
-	if _, err := allHold(e.disp, 2*time.Second, func(p *policy.Policy) error {
-		if p.Slots != 24 {
-			return fmt.Errorf("slots %d", p.Slots)
-		}
-		return nil
-	}); err != nil {
+	if _, err := allHold(e.disp, 2*time.Second, slots(24)); err != nil {
 		t.Fatal(err)
 	}
 	text := scrape(t)

@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"sort"
@@ -35,21 +34,18 @@ import (
 // never collide on an address.
 var subnet atomic.Int32
 
-// startProcess starts bin; Cleanup stops it (SIGTERM, SIGKILL after 10s)
-// and logs its output if the test failed.
-func startProcess(t *testing.T, name string, bin string, args ...string) *testutil.Process {
-	t.Helper()
-	return testutil.StartT(t, exec.Command(bin, args...), testutil.Options{Name: name, Grace: 10 * time.Second})
+// procOpts name a child process; Cleanup stops it (SIGTERM, SIGKILL after
+// 10s) and logs its output if the test failed.
+func procOpts(name string) testutil.Options {
+	return testutil.Options{Name: name, Grace: 10 * time.Second}
 }
 
-// dispatcher is a real `tiergate dispatcher` process and its Pod object.
+// dispatcher is a real `tiergate dispatcher` process (nil until it runs)
+// and its Pod object.
 type dispatcher struct {
-	pod   string
-	ip    string
-	admin string // ip:adminPort
-	data  string // ip:dataPort
-	token string
-	proc  *testutil.Process
+	*testutil.Dispatcher
+	pod string
+	ip  string
 }
 
 // env is one test's namespace, addresses and processes.
@@ -99,31 +95,36 @@ func (e *env) ip(host int) string { return fmt.Sprintf("127.77.%d.%d", e.net, ho
 // dispatcher's /readyz says so (the kubelet plays the readiness probe).
 func (e *env) startDispatcher(name string, host int, tokenFile string, probed bool) *dispatcher {
 	e.t.Helper()
-	d := &dispatcher{pod: name, ip: e.ip(host),
-		admin: net.JoinHostPort(e.ip(host), fmt.Sprint(e.adminPort)),
-		data:  net.JoinHostPort(e.ip(host), fmt.Sprint(e.dataPort))}
-	b, err := os.ReadFile(tokenFile)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	d.token = strings.TrimSpace(string(b))
-	d.proc = startProcess(e.t, "dispatcher "+name, tiergateBin, "dispatcher",
-		"--listen", d.data, "--admin-listen", d.admin, "--admin-token-file", tokenFile,
-		"--drain-timeout", "1s", "--log-format", "text")
-	testutil.Eventually(e.t, 10*time.Second, "dispatcher "+name+" answers /healthz", func() error {
-		resp, err := http.Get("http://" + d.admin + "/healthz")
-		if err != nil {
-			return err
-		}
-		resp.Body.Close()
-		return nil
-	})
+	d := &dispatcher{pod: name, ip: e.ip(host)}
+	d.run(e, tokenFile)
 	e.createPod(name, map[string]string{"app.kubernetes.io/name": "tiergate-dispatcher"}, d.ip, false)
 	if probed {
-		e.kubelet.probe(e.ns, name, "http://"+d.admin+"/readyz")
+		e.kubelet.probe(e.ns, name, d.AdminURL("/readyz"))
 	}
 	e.disp = append(e.disp, d)
 	return d
+}
+
+// run starts d's process on d.ip with e's ports and waits for /healthz.
+func (d *dispatcher) run(e *env, tokenFile string) {
+	e.t.Helper()
+	d.Dispatcher = testutil.StartDispatcher(e.t, bins.Tiergate, testutil.DispatcherOptions{
+		Options: procOpts("dispatcher " + d.pod),
+		Data:    net.JoinHostPort(d.ip, fmt.Sprint(e.dataPort)), Admin: net.JoinHostPort(d.ip, fmt.Sprint(e.adminPort)),
+		TokenFile: tokenFile, Args: []string{"--drain-timeout", "1s"},
+	})
+}
+
+// pushes counts the policies d was pushed and applied, resyncs included.
+func (d *dispatcher) pushes() int { return strings.Count(d.Output(), `"msg"="applied policy"`) }
+
+// waitPushes waits until d has applied n more pushes than it had when
+// pushes said since.
+func (d *dispatcher) waitPushes(t *testing.T, since, n int) {
+	t.Helper()
+	d.WaitOutput(t, 10*time.Second, fmt.Sprintf("%s applies %d more pushes", d.pod, n), func(out string) bool {
+		return strings.Count(out, `"msg"="applied policy"`) >= since+n
+	})
 }
 
 // createPod creates a Pod and sets its status as a kubelet would.
@@ -210,10 +211,7 @@ func (e *env) applySamples(mutate ...func(string) string) {
 		}
 		docs = append(docs, s)
 	}
-	out, err := kubectlStdin([]byte(strings.Join(docs, "\n---\n")), "apply", "-n", e.ns, "-f", "-")
-	if err != nil {
-		e.t.Fatalf("kubectl apply: %v\n%s", err, out)
-	}
+	kubectl.MustInput(e.t, strings.Join(docs, "\n---\n"), "apply", "-n", e.ns, "-f", "-")
 }
 
 func replaceOnce(t *testing.T, s, old, new string) string {
@@ -244,8 +242,8 @@ func (e *env) setReadyReplicas(n int32) {
 
 // getPolicy reads a dispatcher's applied policy through its admin API.
 func getPolicy(d *dispatcher) (*policy.Policy, error) {
-	req, _ := http.NewRequest(http.MethodGet, "http://"+d.admin+"/v1/policy", nil)
-	req.Header.Set("Authorization", "Bearer "+d.token)
+	req, _ := http.NewRequest(http.MethodGet, d.AdminURL("/v1/policy"), nil)
+	req.Header.Set("Authorization", "Bearer "+d.Token)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return nil, err
@@ -253,7 +251,7 @@ func getPolicy(d *dispatcher) (*policy.Policy, error) {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET %s/v1/policy: %d %s", d.admin, resp.StatusCode, b)
+		return nil, fmt.Errorf("GET %s/v1/policy: %d %s", d.Admin, resp.StatusCode, b)
 	}
 	var p policy.Policy
 	if err := json.Unmarshal(b, &p); err != nil {
@@ -384,28 +382,19 @@ func (k *kubelet) fail(err error) {
 // accepts, and returns how long that took.
 func allHold(ds []*dispatcher, timeout time.Duration, check func(*policy.Policy) error) (time.Duration, error) {
 	start := time.Now()
-	deadline := start.Add(timeout)
-	for {
-		var err error
+	err := testutil.Poll(timeout, func() error {
 		for _, d := range ds {
-			p, gerr := getPolicy(d)
-			if gerr != nil {
-				err = gerr
-				break
+			p, err := getPolicy(d)
+			if err != nil {
+				return err
 			}
-			if cerr := check(p); cerr != nil {
-				err = fmt.Errorf("%s: %w", d.pod, cerr)
-				break
+			if err := check(p); err != nil {
+				return fmt.Errorf("%s: %w", d.pod, err)
 			}
 		}
-		if err == nil {
-			return time.Since(start), nil
-		}
-		if time.Now().After(deadline) {
-			return time.Since(start), err
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+		return nil
+	})
+	return time.Since(start), err
 }
 
 var errMismatch = errors.New("mismatch")

@@ -36,22 +36,15 @@ func kedaCRD(t *testing.T) string {
 // installKEDA applies KEDA's CRD with kubectl and waits until it serves.
 func installKEDA(t *testing.T) {
 	t.Helper()
-	crd := kedaCRD(t)
-	if out, err := kubectlCmd("apply", "--server-side", "-f", crd); err != nil {
-		t.Fatalf("kubectl apply %s: %v\n%s", crd, err, out)
-	}
-	if out, err := kubectlCmd("wait", "--for=condition=Established", "--timeout=30s", "crd/scaledobjects.keda.sh"); err != nil {
-		t.Fatalf("kubectl wait for the ScaledObject CRD: %v\n%s", err, out)
-	}
+	kubectl.Must(t, "apply", "--server-side", "-f", kedaCRD(t))
+	kubectl.Must(t, "wait", "--for=condition=Established", "--timeout=30s", "crd/scaledobjects.keda.sh")
 }
 
 // uninstallKEDA deletes KEDA's CRD, if installed, and waits until it is
 // gone.
 func uninstallKEDA(t *testing.T) {
 	t.Helper()
-	if out, err := kubectlCmd("delete", "--ignore-not-found", "--wait=true", "--timeout=60s", "-f", kedaCRD(t)); err != nil {
-		t.Fatalf("kubectl delete the ScaledObject CRD: %v\n%s", err, out)
-	}
+	kubectl.Must(t, "delete", "--ignore-not-found", "--wait=true", "--timeout=60s", "-f", kedaCRD(t))
 }
 
 // scaledObject reads the pool's ScaledObject; nil when there is none.

@@ -1,8 +1,8 @@
 package controller
 
 import (
-	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -27,17 +27,15 @@ import (
 
 // Shared by every test of the package; set up once in TestMain.
 var (
-	repoRoot    string
-	kubectlBin  string
-	tiergateBin string // the real binary, built once
-	simBin      string // hack/simserver, built once
-	tmpDir      string
-	adminConfig string // kubeconfig of the envtest admin, for kubectl
-	ctrlConfig  string // kubeconfig of the controller's service account user
-	pushToken   string // the controller's --push-token-file
-	k8s         client.Client
-	testEnv     *envtest.Environment
-	ctrlProc    *controllerProcess
+	repoRoot   string
+	bins       testutil.Binaries // the real binaries, built once
+	tmpDir     string
+	kubectl    testutil.Tool // bin/k8s/kubectl as the envtest admin
+	ctrlConfig string        // kubeconfig of the controller's service account user
+	pushToken  string        // the controller's --push-token-file
+	k8s        client.Client
+	testEnv    *envtest.Environment
+	ctrlProc   *controllerProcess
 )
 
 // controllerNamespace holds the controller's RBAC and its leader Lease.
@@ -86,7 +84,7 @@ func tearDown() error {
 }
 
 func setUp() error {
-	root, err := filepath.Abs(filepath.Join("..", ".."))
+	root, err := testutil.ModuleRoot()
 	if err != nil {
 		return err
 	}
@@ -95,18 +93,13 @@ func setUp() error {
 	if err != nil {
 		return err
 	}
-	kubectlBin = filepath.Join(assets, "kubectl")
 	if tmpDir, err = os.MkdirTemp("", "tiergate-controller-e2e-"); err != nil {
 		return err
 	}
 
 	// The real binaries: the controller and dispatcher are one binary.
-	tiergateBin = filepath.Join(tmpDir, "tiergate")
-	simBin = filepath.Join(tmpDir, "simserver")
-	for out, pkg := range map[string]string{tiergateBin: ".", simBin: "./hack/simserver"} {
-		if err := testutil.BuildBinary(root, out, pkg, testutil.BuildOptions{}); err != nil {
-			return err
-		}
+	if bins, err = testutil.BuildBinaries(tmpDir, testutil.BuildOptions{}); err != nil {
+		return err
 	}
 
 	scheme := runtime.NewScheme()
@@ -123,10 +116,11 @@ func setUp() error {
 	if k8s, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {
 		return err
 	}
-	adminConfig = filepath.Join(tmpDir, "admin.kubeconfig")
+	adminConfig := filepath.Join(tmpDir, "admin.kubeconfig")
 	if err := controlplane.WriteKubeconfig(testEnv, nil, adminConfig); err != nil {
 		return err
 	}
+	kubectl = testutil.Kubectl(filepath.Join(assets, "kubectl"), adminConfig)
 
 	// The controller runs as its ServiceAccount's user name, with exactly
 	// the RBAC of config/rbac: a missing rule fails these tests.
@@ -134,8 +128,8 @@ func setUp() error {
 	if err := k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: controllerNamespace}}); err != nil {
 		return err
 	}
-	if out, err := kubectlCmd("apply", "-n", controllerNamespace, "-k", filepath.Join(root, "config", "rbac")); err != nil {
-		return fmt.Errorf("kubectl apply -k config/rbac: %v\n%s", err, out)
+	if r := kubectl.Run("apply", "-n", controllerNamespace, "-k", filepath.Join(root, "config", "rbac")); r.Err != nil {
+		return errors.New(r.String())
 	}
 	ctrlConfig = filepath.Join(tmpDir, "controller.kubeconfig")
 	if err := controlplane.WriteKubeconfig(testEnv, &envtest.User{
@@ -150,19 +144,6 @@ func setUp() error {
 	}
 	ctrlProc, err = startController()
 	return err
-}
-
-// kubectlCmd runs bin/k8s/kubectl as the envtest admin.
-func kubectlCmd(args ...string) ([]byte, error) {
-	return kubectlStdin(nil, args...)
-}
-
-func kubectlStdin(stdin []byte, args ...string) ([]byte, error) {
-	cmd := exec.Command(kubectlBin, append([]string{"--kubeconfig", adminConfig}, args...)...)
-	if stdin != nil {
-		cmd.Stdin = bytes.NewReader(stdin)
-	}
-	return cmd.CombinedOutput()
 }
 
 // controllerProcess is `tiergate controller` running as a child process.
@@ -184,7 +165,7 @@ func startController() (*controllerProcess, error) {
 		probeAddr: fmt.Sprintf("127.0.0.1:%d", ports[0]),
 		metrics:   fmt.Sprintf("127.0.0.1:%d", ports[1]),
 	}
-	cmd := exec.Command(tiergateBin, "controller",
+	cmd := exec.Command(bins.Tiergate, "controller",
 		"--kubeconfig", ctrlConfig,
 		"--leader-elect=true",
 		"--leader-election-namespace", controllerNamespace,
@@ -198,25 +179,27 @@ func startController() (*controllerProcess, error) {
 	if c.Process, err = testutil.Start(cmd); err != nil {
 		return nil, err
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if c.Exited() {
-			return nil, fmt.Errorf("the controller exited at start:\n%s", c.tail(40))
-		}
-		if strings.Contains(strings.ToLower(c.Output()), "successfully acquired lease") {
-			if resp, err := http.Get("http://" + c.probeAddr + "/readyz"); err == nil {
-				resp.Body.Close()
-				if resp.StatusCode == http.StatusOK {
-					return c, nil
-				}
+	err = c.AwaitOutput(30*time.Second, func(out string) bool {
+		return strings.Contains(strings.ToLower(out), "successfully acquired lease")
+	})
+	if err == nil {
+		err = testutil.Poll(10*time.Second, func() error {
+			resp, err := http.Get("http://" + c.probeAddr + "/readyz")
+			if err != nil {
+				return err
 			}
-		}
-		if time.Now().After(deadline) {
-			c.stop()
-			return nil, fmt.Errorf("the controller did not lead and become ready within 30s:\n%s", c.tail(40))
-		}
-		time.Sleep(50 * time.Millisecond)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				return fmt.Errorf("/readyz: %s", resp.Status)
+			}
+			return nil
+		})
 	}
+	if err != nil {
+		c.stop()
+		return nil, fmt.Errorf("the controller did not lead and become ready: %w\n%s", err, c.tail(40))
+	}
+	return c, nil
 }
 
 // stop sends SIGTERM and waits; SIGKILL after 10s.

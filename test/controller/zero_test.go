@@ -74,18 +74,11 @@ func TestBoundsAtZeroFollowTheColdStart(t *testing.T) {
 	if msg := condition(e.pool().Status.Conditions, v1alpha1.ConditionReady).Message; !strings.Contains(msg, "hold up to 17 requests") || !strings.Contains(msg, "refuse tier premium at once") {
 		t.Errorf("Ready message %q does not state the 17 held requests and premium's refusal", msg)
 	}
-	out, err := kubectlCmd("get", "servicetiers", "-n", e.ns, "-o", "custom-columns=NAME:.metadata.name,BOUND:.status.queueBound", "--no-headers", "--sort-by=.spec.basePriority")
-	if err != nil {
-		t.Fatalf("kubectl get servicetiers: %v\n%s", err, out)
-	}
-	if diff := cmp.Diff("premium    0\nstandard   5\nfree       12\n", string(out)); diff != "" {
+	out := kubectl.Must(t, "get", "servicetiers", "-n", e.ns, "-o", "custom-columns=NAME:.metadata.name,BOUND:.status.queueBound", "--no-headers", "--sort-by=.spec.basePriority")
+	if diff := cmp.Diff("premium    0\nstandard   5\nfree       12\n", out); diff != "" {
 		t.Errorf("kubectl get servicetiers (-want +got):\n%s", diff)
 	}
-	printed, err := kubectlCmd("get", "servicetiers", "-n", e.ns)
-	if err != nil || !strings.Contains(string(printed), "BOUND") {
-		t.Fatalf("kubectl get servicetiers: %v\n%s", err, printed)
-	}
-	assertPrintedBound(t, string(printed), map[string]string{"premium": "0", "standard": "5", "free": "12"})
+	assertPrintedBound(t, kubectl.Must(t, "get", "servicetiers", "-n", e.ns), map[string]string{"premium": "0", "standard": "5", "free": "12"})
 
 	// The first replica: ordinary bounds, no cold start in the policy.
 	e.modelPods(1)

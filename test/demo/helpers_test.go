@@ -124,19 +124,10 @@ func (r *demoRun) wait(t *testing.T, timeout time.Duration) int {
 	return code
 }
 
-// waitOutput waits until the demo printed s.
+// waitOutput waits until the demo printed s, looking at every write.
 func (r *demoRun) waitOutput(t *testing.T, s string, timeout time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !strings.Contains(r.Output(), s) {
-		if r.Exited() {
-			t.Fatalf("the demo exited (%v) before printing %q", r.Err(), s)
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the demo did not print %q within %s", s, timeout)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	r.WaitOutput(t, timeout, fmt.Sprintf("the demo prints %q", s), func(out string) bool { return strings.Contains(out, s) })
 }
 
 // pidFile is hack/demo's --pid-file.
@@ -208,20 +199,18 @@ func checkNoSurvivors(t *testing.T, r *demoRun, wantAtLeast int) {
 	t.Logf("processes the demo started: %v", names)
 }
 
-// waitNoSurvivors gives processes a moment to be reaped, then checks.
+// waitNoSurvivors gives processes up to 5s to be reaped, then checks.
 func waitNoSurvivors(t *testing.T, r *demoRun, wantAtLeast int) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
-		alive := false
+	// The check below says what survived; the wait only gives it time.
+	_ = testutil.Poll(5*time.Second, func() error {
 		for _, p := range readPIDFile(t, r.pidFile).Processes {
-			alive = alive || processAlive(p.PID, p.Cmdline) || len(groupMembers(p.PGID)) > 0
+			if processAlive(p.PID, p.Cmdline) || len(groupMembers(p.PGID)) > 0 {
+				return fmt.Errorf("%s is alive", p.Name)
+			}
 		}
-		if !alive {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
 	checkNoSurvivors(t, r, wantAtLeast)
 }
 

@@ -3,6 +3,7 @@ package dispatcher
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"strings"
@@ -31,7 +32,7 @@ func TestAdminAPI(t *testing.T) {
 	s := startSim(t, "--service-time", "0")
 	d := startDispatcher(t, dispOpts{})
 	valid := func(v int64) []byte {
-		b, _ := json.Marshal(basePolicy(v, 2, s.addr))
+		b, _ := json.Marshal(basePolicy(v, 2, s.Addr))
 		return b
 	}
 	var ack policy.Ack
@@ -67,7 +68,7 @@ func TestAdminAPI(t *testing.T) {
 			wantType: "invalid_policy", wantMsg: decodeErr(`{"version":6,"tier":"premium"}`) + "; the previous policy stays"},
 		{name: "invalid values", method: "PUT", path: "/v1/policy", token: testToken, wantCode: 400,
 			body: func() []byte {
-				p := basePolicy(6, 2, s.addr)
+				p := basePolicy(6, 2, s.Addr)
 				p.Tiers[1].QueueBound = 0
 				p.Tenants[0].Tier = "gold"
 				b, _ := json.Marshal(p)
@@ -86,7 +87,7 @@ func TestAdminAPI(t *testing.T) {
 		{name: "same version again (resync)", method: "PUT", path: "/v1/policy", token: testToken, body: valid(5), wantCode: 200},
 	}
 	for _, st := range steps {
-		code, body := d.adminDo(t, st.method, st.path, st.token, st.body)
+		code, body := d.AdminDo(t, st.method, st.path, st.token, st.body)
 		if code != st.wantCode {
 			t.Fatalf("%s: status %d, want %d; body %s", st.name, code, st.wantCode, body)
 		}
@@ -116,7 +117,7 @@ func TestAdminAPI(t *testing.T) {
 		// Whatever was refused, version 5 stays applied.
 		if code != 200 && st.path == "/v1/policy" && st.method == "PUT" && st.name != "no token" && st.name != "wrong token" {
 			var got policy.Policy
-			testutil.GetJSON(t, "http://"+d.admin+"/v1/policy", testToken, &got)
+			testutil.GetJSON(t, "http://"+d.Admin+"/v1/policy", testToken, &got)
 			if got.Version != 5 {
 				t.Errorf("%s: applied version %d after a refusal, want 5", st.name, got.Version)
 			}
@@ -129,7 +130,7 @@ func TestAdminAPI(t *testing.T) {
 			t.Fatalf("request: %d %s", r.code, r.body)
 		}
 	}
-	code, body := d.put(t, basePolicy(6, 2, s.addr))
+	code, body := d.PutPolicy(t, basePolicy(6, 2, s.Addr))
 	if code != 200 {
 		t.Fatalf("PUT v6: %d %s", code, body)
 	}
@@ -140,52 +141,49 @@ func TestAdminAPI(t *testing.T) {
 		t.Errorf("ack %s", body)
 	}
 	var got policy.Policy
-	testutil.GetJSON(t, "http://"+d.admin+"/v1/policy", testToken, &got)
-	if diff := cmp.Diff(*basePolicy(6, 2, s.addr), got); diff != "" {
+	testutil.GetJSON(t, "http://"+d.Admin+"/v1/policy", testToken, &got)
+	if diff := cmp.Diff(*basePolicy(6, 2, s.Addr), got); diff != "" {
 		t.Errorf("GET /v1/policy (-want +got)\n%s", diff)
 	}
 }
 
 // Without --admin-token-file the policy endpoints are closed.
 func TestAdminDisabledWithoutToken(t *testing.T) {
-	addr, adm := freeAddr(t), freeAddr(t)
-	p := startProc(t, tiergateBin, "dispatcher", "--listen", addr, "--admin-listen", adm)
-	d := &disp{data: addr, admin: adm, p: p}
-	waitHTTP(t, "http://"+adm+"/healthz", p)
-	code, body := d.adminDo(t, http.MethodPut, "/v1/policy", "anything", []byte(`{}`))
+	d := testutil.StartDispatcher(t, bins.Tiergate, testutil.DispatcherOptions{NoToken: true})
+	code, body := d.AdminDo(t, http.MethodPut, "/v1/policy", "anything", []byte(`{}`))
 	var e adminError
 	_ = json.Unmarshal(body, &e)
 	if code != 401 || e.Error.Message != "the admin API is disabled: the dispatcher was started without --admin-token-file" {
 		t.Errorf("got %d %s", code, body)
 	}
-	d.terminate(t)
+	d.StopClean(t, 20*time.Second)
 }
 
 // --policy-file is re-read when it changes; a bad edit keeps the previous
 // policy and says why in the log.
 func TestPolicyFileReload(t *testing.T) {
 	s := startSim(t, "--service-time", "0")
-	d := startDispatcher(t, dispOpts{policy: basePolicy(1, 2, s.addr)})
+	d := startDispatcher(t, dispOpts{policy: basePolicy(1, 2, s.Addr)})
 	applied := func() int64 {
 		var p policy.Policy
-		testutil.GetJSON(t, "http://"+d.admin+"/v1/policy", testToken, &p)
+		testutil.GetJSON(t, "http://"+d.Admin+"/v1/policy", testToken, &p)
 		return p.Version
 	}
 	if v := applied(); v != 1 {
 		t.Fatalf("version %d at start", v)
 	}
-	p2 := basePolicy(2, 3, s.addr)
-	writePolicy(t, d.policyFile(), p2)
-	eventually(t, "version 2 applied", func() bool { return applied() == 2 })
+	p2 := basePolicy(2, 3, s.Addr)
+	testutil.WritePolicyFile(t, d.PolicyFile, p2)
+	testutil.EventuallyTrue(t, settle, "version 2 applied", func() bool { return applied() == 2 })
 	if st := d.stats(t); st.Queue.Slots != 3 {
 		t.Errorf("slots %d after reload, want 3", st.Queue.Slots)
 	}
 
-	if err := os.WriteFile(d.policyFile(), []byte(`{"version": 3, "slots": -1}`), 0o600); err != nil {
+	if err := os.WriteFile(d.PolicyFile, []byte(`{"version": 3, "slots": -1}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the bad edit logged", func() bool {
-		return strings.Contains(d.p.Output(), `"msg"="keeping the previous policy"`)
+	testutil.EventuallyTrue(t, settle, "the bad edit logged", func() bool {
+		return strings.Contains(d.Output(), `"msg"="keeping the previous policy"`)
 	})
 	if v := applied(); v != 2 {
 		t.Errorf("version %d after a bad edit, want 2", v)
@@ -193,15 +191,15 @@ func TestPolicyFileReload(t *testing.T) {
 	if r := d.fetch(context.Background(), t, call{tenant: "acme"}); r.code != 200 {
 		t.Errorf("data path after a bad edit: %d", r.code)
 	}
-	d.terminate(t)
+	d.StopClean(t, 20*time.Second)
 }
 
 // Metrics are checked by scraping /metrics after traffic; the series of a
 // tier that goes away are deleted; goroutines return to their baseline.
 func TestMetricsScrape(t *testing.T) {
 	s := startSim(t, "--concurrency", "16", "--service-time", "const:20ms")
-	d := startDispatcher(t, dispOpts{policy: basePolicy(3, 4, s.addr)})
-	goroutines := func() float64 { return d.scrape(t)["go_goroutines{}"] }
+	d := startDispatcher(t, dispOpts{policy: basePolicy(3, 4, s.Addr)})
+	goroutines := func() float64 { return d.Metrics(t)["go_goroutines{}"] }
 	load := func(perClient int) {
 		var wg sync.WaitGroup
 		for i := range 8 {
@@ -224,16 +222,15 @@ func TestMetricsScrape(t *testing.T) {
 	// connections; the goroutine baseline and the counters are taken
 	// after it, and the checks below use differences.
 	load(2)
-	time.Sleep(100 * time.Millisecond)
-	baseline := goroutines()
-	d.mustPut(t, basePolicy(3, 4, s.addr))
-	before := d.scrape(t)
+	baseline := settledGoroutines(t, d)
+	d.MustPutPolicy(t, basePolicy(3, 4, s.Addr))
+	before := d.Metrics(t)
 
 	// Load: 8 clients × 25 requests over three tiers, plus one refusal.
 	load(25)
 	d.fetch(context.Background(), t, call{})
 
-	m := d.scrape(t)
+	m := d.Metrics(t)
 	var ok200, refused429 float64
 	for _, tier := range []string{"premium", "standard", "free"} {
 		k200 := `tiergate_requests_total{code="200",pool="default/llm",tier="` + tier + `"}`
@@ -253,7 +250,7 @@ func TestMetricsScrape(t *testing.T) {
 		`tiergate_queue_bound{pool="default/llm",tier="free"}`:                          240,
 		`tiergate_queue_length{pool="default/llm",tier="standard"}`:                     0,
 		`tiergate_oldest_queued_age_seconds{pool="default/llm",tier="free"}`:            0,
-		`tiergate_backend_inflight{backend="` + s.addr + `",pool="default/llm"}`:        0,
+		`tiergate_backend_inflight{backend="` + s.Addr + `",pool="default/llm"}`:        0,
 		`tiergate_rejections_total{cause="unauthenticated",pool="default/llm",tier=""}`: 1,
 		`tiergate_requests_total{code="401",pool="default/llm",tier=""}`:                1,
 	}
@@ -278,11 +275,11 @@ func TestMetricsScrape(t *testing.T) {
 	}
 
 	// The standard tier goes away: its series go with it.
-	p := basePolicy(4, 4, s.addr)
+	p := basePolicy(4, 4, s.Addr)
 	p.Tiers = append(p.Tiers[:1], p.Tiers[2])
 	p.Tenants = p.Tenants[:2]
-	d.mustPut(t, p)
-	for k := range d.scrape(t) {
+	d.MustPutPolicy(t, p)
+	for k := range d.Metrics(t) {
 		if strings.Contains(k, `tier="standard"`) {
 			t.Errorf("series of the removed tier still exported: %s", k)
 		}
@@ -290,14 +287,12 @@ func TestMetricsScrape(t *testing.T) {
 
 	// Goroutines return to (about) the baseline once the load is over: the
 	// scrape itself and idle keep-alive connections may hold a few.
-	var last float64
-	deadline := time.Now().Add(5 * time.Second)
-	for last = goroutines(); last > baseline+4 && time.Now().Before(deadline); last = goroutines() {
-		time.Sleep(50 * time.Millisecond)
-	}
-	if last > baseline+4 {
-		t.Errorf("%v goroutines after the load, baseline %v: a leak", last, baseline)
-	}
+	testutil.Eventually(t, 5*time.Second, "goroutines back to the baseline", func() error {
+		if n := goroutines(); n > baseline+4 {
+			return fmt.Errorf("%v goroutines after the load, baseline %v: a leak", n, baseline)
+		}
+		return nil
+	})
 	if st := d.stats(t); st.Active != 0 || st.Queue.InFlight != 0 || st.Queue.Queued != 0 || st.Queue.DoubleReleases != 0 {
 		t.Errorf("after load: %+v", st)
 	}
@@ -311,4 +306,22 @@ func decodeErr(data string) string {
 		return "<decoded without error>"
 	}
 	return err.Error()
+}
+
+// settledGoroutines is the dispatcher's goroutine count once its requests
+// have ended and the count has stopped falling: the server's goroutines of
+// the connections the client just closed exit on their own time.
+func settledGoroutines(t *testing.T, d *disp) float64 {
+	t.Helper()
+	last := -1.0
+	testutil.Eventually(t, settle, "the goroutines settle", func() error {
+		st := d.stats(t)
+		n := d.Metrics(t)["go_goroutines{}"]
+		if st.Active != 0 || st.Queue.InFlight != 0 || n != last {
+			last = n
+			return fmt.Errorf("%d active, %d in flight, %v goroutines", st.Active, st.Queue.InFlight, n)
+		}
+		return nil
+	})
+	return last
 }

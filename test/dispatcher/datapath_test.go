@@ -16,6 +16,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
+
+	"github.com/tiergate/tiergate/internal/testutil"
 )
 
 func openaiClient(baseURL, tenant string, retries int) openai.Client {
@@ -57,11 +59,11 @@ func streamChat(t *testing.T, c openai.Client, opts ...option.RequestOption) (co
 // X-Queue-Wait-Ms.
 func TestStreamingMatchesDirect(t *testing.T) {
 	s := startSim(t, "--service-time", "const:120ms")
-	d := startDispatcher(t, dispOpts{policy: basePolicy(1, 2, s.addr)})
+	d := startDispatcher(t, dispOpts{policy: basePolicy(1, 2, s.Addr)})
 
-	direct, directFinish := streamChat(t, openaiClient("http://"+s.addr+"/v1", "acme", 0))
+	direct, directFinish := streamChat(t, openaiClient("http://"+s.Addr+"/v1", "acme", 0))
 	var resp *http.Response
-	proxied, proxiedFinish := streamChat(t, openaiClient("http://"+d.data+"/v1", "acme", 0), option.WithResponseInto(&resp))
+	proxied, proxiedFinish := streamChat(t, openaiClient("http://"+d.Data+"/v1", "acme", 0), option.WithResponseInto(&resp))
 	if diff := cmp.Diff(direct, proxied); diff != "" {
 		t.Errorf("chunks (-direct +proxied)\n%s", diff)
 	}
@@ -85,13 +87,13 @@ func TestStreamingMatchesDirect(t *testing.T) {
 		}
 		return r.Choices[0].Text
 	}
-	if a, b := comp("http://"+s.addr+"/v1"), comp("http://"+d.data+"/v1"); a != b || a != "tok0 tok1 tok2 tok3 tok4 " {
+	if a, b := comp("http://"+s.Addr+"/v1"), comp("http://"+d.Data+"/v1"); a != b || a != "tok0 tok1 tok2 tok3 tok4 " {
 		t.Errorf("completion direct %q, proxied %q", a, b)
 	}
 
 	// Events arrive as the backend produces them, not all at the end: with
 	// 12 tokens over 600ms, the first event comes well before the last.
-	req, _ := http.NewRequest(http.MethodPost, "http://"+d.data+"/v1/chat/completions",
+	req, _ := http.NewRequest(http.MethodPost, "http://"+d.Data+"/v1/chat/completions",
 		strings.NewReader(`{"stream":true,"max_tokens":12,"messages":[]}`))
 	req.Header.Set("X-Tenant-ID", "acme")
 	req.Header.Set("X-Sim-Service-Time", "600ms")
@@ -117,7 +119,7 @@ func TestStreamingMatchesDirect(t *testing.T) {
 
 	// The backend saw the resolved tenant on every proxied request (2 for
 	// acme, 1 for globex); only the 2 direct calls came without one.
-	if st := s.stats(t); st.Tenants["acme"].Requests != 2 || st.Tenants["globex"].Requests != 1 || st.Tenants["(none)"].Requests != 2 {
+	if st := s.Stats(t); st.Tenants["acme"].Requests != 2 || st.Tenants["globex"].Requests != 1 || st.Tenants["(none)"].Requests != 2 {
 		t.Errorf("simserver tenants: %+v", st.Tenants)
 	}
 }
@@ -126,17 +128,17 @@ func TestStreamingMatchesDirect(t *testing.T) {
 // told and eventually succeeds on its own.
 func TestOpenAIClientHonoursRetryAfter(t *testing.T) {
 	s := startSim(t, "--service-time", "const:300ms")
-	p := basePolicy(1, 1, s.addr)
+	p := basePolicy(1, 1, s.Addr)
 	p.Tiers[0].QueueBound = 1
 	d := startDispatcher(t, dispOpts{policy: p})
 
 	// globex takes the slot and acme the one queue place.
 	background(t, d, call{tenant: "globex"})
-	eventually(t, "slot taken", func() bool { return d.stats(t).Queue.InFlight == 1 })
+	testutil.EventuallyTrue(t, settle, "slot taken", func() bool { return d.stats(t).Queue.InFlight == 1 })
 	background(t, d, call{tenant: "acme"})
-	eventually(t, "place taken", func() bool { return d.stats(t).Queue.Queued == 1 })
+	testutil.EventuallyTrue(t, settle, "place taken", func() bool { return d.stats(t).Queue.Queued == 1 })
 
-	c := openaiClient("http://"+d.data+"/v1", "globex", 5)
+	c := openaiClient("http://"+d.Data+"/v1", "globex", 5)
 	start := time.Now()
 	r, err := c.Completions.New(context.Background(), openai.CompletionNewParams{
 		Model: "sim-model", Prompt: openai.CompletionNewParamsPromptUnion{OfString: openai.String("hi")}, MaxTokens: openai.Int(2),
@@ -148,7 +150,7 @@ func TestOpenAIClientHonoursRetryAfter(t *testing.T) {
 	if r.Choices[0].Text != "tok0 tok1 " {
 		t.Errorf("text %q", r.Choices[0].Text)
 	}
-	m := d.scrape(t)
+	m := d.Metrics(t)
 	refused := m[`tiergate_rejections_total{cause="capacity",pool="default/llm",tier="premium"}`]
 	if refused < 1 {
 		t.Fatalf("no capacity refusal recorded; the retry was not exercised")
@@ -165,7 +167,7 @@ func TestOpenAIClientHonoursRetryAfter(t *testing.T) {
 // go to the backend ahead of the flooder's queued ones.
 func TestNoisyNeighbour(t *testing.T) {
 	s := startSim(t, "--concurrency", "8", "--service-time", "const:600ms")
-	p := basePolicy(1, 4, s.addr)
+	p := basePolicy(1, 4, s.Addr)
 	p.Tiers[0].TenantConcurrencyLimit = 2
 	p.Tiers[0].TenantQueueLimit = 20
 	p.Tiers[0].QueueBound = 40
@@ -182,7 +184,7 @@ func TestNoisyNeighbour(t *testing.T) {
 		wg.Add(1)
 		go send("acme")
 	}
-	eventually(t, "the flood queued", func() bool { return d.stats(t).Queue.Queued == 14 })
+	testutil.EventuallyTrue(t, settle, "the flood queued", func() bool { return d.stats(t).Queue.Queued == 14 })
 	var calm []result
 	var mu sync.Mutex
 	for range 2 {
@@ -210,7 +212,7 @@ func TestNoisyNeighbour(t *testing.T) {
 			t.Errorf("calm tenant waited %dms behind the flood", w)
 		}
 	}
-	st := s.stats(t)
+	st := s.Stats(t)
 	if got := st.Tenants["acme"].PeakActive; got != 2 {
 		t.Errorf("flooder's peak at the backend %d, want exactly its limit 2", got)
 	}
@@ -234,7 +236,7 @@ func TestNoisyNeighbour(t *testing.T) {
 func TestStarvationGuard(t *testing.T) {
 	const service = 200 * time.Millisecond
 	s := startSim(t, "--concurrency", "8", "--service-time", "const:200ms")
-	p := basePolicy(1, 2, s.addr)
+	p := basePolicy(1, 2, s.Addr)
 	p.AgeingRate = 0.05 // 20 points × 0.05s = 1s ageing horizon
 	p.ServiceRate = 10  // μ = slots / S = 2 / 0.2s
 	p.Tiers = p.Tiers[:1]
@@ -264,7 +266,7 @@ func TestStarvationGuard(t *testing.T) {
 			}()
 		}
 	}
-	eventually(t, "premium saturating", func() bool { st := d.stats(t); return st.Queue.Queued >= 6 && st.Queue.InFlight == 2 })
+	testutil.EventuallyTrue(t, settle, "premium saturating", func() bool { st := d.stats(t); return st.Queue.Queued >= 6 && st.Queue.InFlight == 2 })
 	var waits []time.Duration
 	for range 3 {
 		start := time.Now()
@@ -299,34 +301,34 @@ func TestStarvationGuard(t *testing.T) {
 func TestDisconnects(t *testing.T) {
 	t.Run("cancel while queued", func(t *testing.T) {
 		s := startSim(t, "--service-time", "const:50ms")
-		d := startDispatcher(t, dispOpts{policy: basePolicy(1, 1, s.addr)})
+		d := startDispatcher(t, dispOpts{policy: basePolicy(1, 1, s.Addr)})
 		background(t, d, call{tenant: "initech", header: http.Header{"X-Sim-Service-Time": {"1500ms"}}})
-		eventually(t, "slot taken", func() bool { return d.stats(t).Queue.InFlight == 1 })
+		testutil.EventuallyTrue(t, settle, "slot taken", func() bool { return d.stats(t).Queue.InFlight == 1 })
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan result)
 		go func() { done <- d.fetch(ctx, t, call{tenant: "acme"}) }()
-		eventually(t, "queued", func() bool { return d.stats(t).Queue.Queued == 1 })
+		testutil.EventuallyTrue(t, settle, "queued", func() bool { return d.stats(t).Queue.Queued == 1 })
 		cancel()
 		if r := <-done; !errors.Is(r.err, context.Canceled) {
 			t.Fatalf("got %+v", r)
 		}
-		eventually(t, "removed from the queue at once", func() bool { return d.stats(t).Queue.Queued == 0 })
+		testutil.EventuallyTrue(t, settle, "removed from the queue at once", func() bool { return d.stats(t).Queue.Queued == 0 })
 		if st := d.stats(t); st.Queue.InFlight != 1 {
 			t.Errorf("in flight %d while the long request runs", st.Queue.InFlight)
 		}
-		eventually(t, "in-flight back to 0", func() bool { st := d.stats(t); return st.Queue.InFlight == 0 && st.Active == 0 })
-		m := d.scrape(t)
+		testutil.EventuallyTrue(t, settle, "in-flight back to 0", func() bool { st := d.stats(t); return st.Queue.InFlight == 0 && st.Active == 0 })
+		m := d.Metrics(t)
 		if v := m[`tiergate_abandoned_total{pool="default/llm",stage="queued",tier="premium"}`]; v != 1 {
 			t.Errorf("abandoned queued = %v, want 1", v)
 		}
-		if st := s.stats(t); st.Tenants["acme"].Requests != 0 {
+		if st := s.Stats(t); st.Tenants["acme"].Requests != 0 {
 			t.Errorf("the abandoned request reached the backend")
 		}
 	})
 
 	t.Run("cancel mid-stream", func(t *testing.T) {
 		s := startSim(t, "--service-time", "const:50ms")
-		d := startDispatcher(t, dispOpts{policy: basePolicy(1, 2, s.addr)})
+		d := startDispatcher(t, dispOpts{policy: basePolicy(1, 2, s.Addr)})
 		ctx, cancel := context.WithCancel(context.Background())
 		resp, err := d.do(ctx, t, call{tenant: "acme", path: "/v1/chat/completions", body: `{"stream":true,"max_tokens":20}`,
 			header: http.Header{"X-Sim-Service-Time": {"4s"}}})
@@ -339,20 +341,20 @@ func TestDisconnects(t *testing.T) {
 		}
 		cancel()
 		resp.Body.Close()
-		eventually(t, "the backend saw the cancel", func() bool { return s.stats(t).Tenants["acme"].Cancelled == 1 })
-		eventually(t, "in-flight back to 0", func() bool { st := d.stats(t); return st.Queue.InFlight == 0 && st.Active == 0 })
-		m := d.scrape(t)
+		testutil.EventuallyTrue(t, settle, "the backend saw the cancel", func() bool { return s.Stats(t).Tenants["acme"].Cancelled == 1 })
+		testutil.EventuallyTrue(t, settle, "in-flight back to 0", func() bool { st := d.stats(t); return st.Queue.InFlight == 0 && st.Active == 0 })
+		m := d.Metrics(t)
 		if v := m[`tiergate_abandoned_total{pool="default/llm",stage="inflight",tier="premium"}`]; v != 1 {
 			t.Errorf("abandoned inflight = %v, want 1", v)
 		}
-		if v := m[`tiergate_backend_inflight{backend="`+s.addr+`",pool="default/llm"}`]; v != 0 {
+		if v := m[`tiergate_backend_inflight{backend="`+s.Addr+`",pool="default/llm"}`]; v != 0 {
 			t.Errorf("backend_inflight = %v", v)
 		}
 	})
 
 	t.Run("backend killed mid-stream", func(t *testing.T) {
 		s := startSim(t, "--service-time", "const:50ms")
-		d := startDispatcher(t, dispOpts{policy: basePolicy(1, 2, s.addr)})
+		d := startDispatcher(t, dispOpts{policy: basePolicy(1, 2, s.Addr)})
 		resp, err := d.do(context.Background(), t, call{tenant: "acme", path: "/v1/chat/completions", body: `{"stream":true,"max_tokens":20}`,
 			header: http.Header{"X-Sim-Service-Time": {"4s"}}})
 		if err != nil {
@@ -363,7 +365,7 @@ func TestDisconnects(t *testing.T) {
 		if line, err := br.ReadString('\n'); err != nil || !strings.HasPrefix(line, "data: ") {
 			t.Fatalf("first line %q, %v", line, err)
 		}
-		s.p.signal(t, syscall.SIGKILL)
+		s.Kill()
 		rest, err := io.ReadAll(br)
 		if err == nil {
 			t.Fatalf("stream ended cleanly after the backend died: %q", rest)
@@ -371,8 +373,8 @@ func TestDisconnects(t *testing.T) {
 		if strings.Contains(string(rest), "[DONE]") {
 			t.Errorf("a cut stream must not look complete")
 		}
-		eventually(t, "in-flight back to 0", func() bool { st := d.stats(t); return st.Queue.InFlight == 0 && st.Active == 0 })
-		if v := d.scrape(t)[`tiergate_requests_total{code="502",pool="default/llm",tier="premium"}`]; v != 1 {
+		testutil.EventuallyTrue(t, settle, "in-flight back to 0", func() bool { st := d.stats(t); return st.Queue.InFlight == 0 && st.Active == 0 })
+		if v := d.Metrics(t)[`tiergate_requests_total{code="502",pool="default/llm",tier="premium"}`]; v != 1 {
 			t.Errorf("requests_total 502 = %v, want 1", v)
 		}
 		// With the backend gone, the next request gets a 502 refusal, and
@@ -400,20 +402,22 @@ func TestDrain(t *testing.T) {
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			s := startSim(t, "--service-time", "const:50ms")
-			d := startDispatcher(t, dispOpts{policy: basePolicy(1, 1, s.addr), args: []string{"--drain-timeout", tc.drainTimeout}})
+			d := startDispatcher(t, dispOpts{policy: basePolicy(1, 1, s.Addr), args: []string{"--drain-timeout", tc.drainTimeout}})
 			inflight := make(chan result, 1)
 			go func() {
 				inflight <- d.fetch(context.Background(), t, call{tenant: "acme", path: "/v1/chat/completions",
 					body: `{"stream":true,"max_tokens":10}`, header: http.Header{"X-Sim-Service-Time": {"1500ms"}}})
 			}()
-			eventually(t, "in flight", func() bool { return d.stats(t).Queue.InFlight == 1 })
+			testutil.EventuallyTrue(t, settle, "in flight", func() bool { return d.stats(t).Queue.InFlight == 1 })
 			queued := make(chan result, 1)
 			go func() { queued <- d.fetch(context.Background(), t, call{tenant: "globex"}) }()
-			eventually(t, "queued", func() bool { return d.stats(t).Queue.Queued == 1 })
+			testutil.EventuallyTrue(t, settle, "queued", func() bool { return d.stats(t).Queue.Queued == 1 })
 
-			d.p.signal(t, syscall.SIGTERM)
-			eventually(t, "readyz fails", func() bool {
-				code, body := d.adminDo(t, http.MethodGet, "/readyz", "", nil)
+			if err := d.Signal(syscall.SIGTERM); err != nil {
+				t.Fatal(err)
+			}
+			testutil.EventuallyTrue(t, settle, "readyz fails", func() bool {
+				code, body := d.AdminDo(t, http.MethodGet, "/readyz", "", nil)
 				return code == 503 && string(body) == "draining\n"
 			})
 			checkRefusal(t, d.fetch(context.Background(), t, call{tenant: "initech"}),
@@ -431,8 +435,8 @@ func TestDrain(t *testing.T) {
 				checkRefusal(t, q, wantRefusal{code: 503, typ: "draining", tier: "premium",
 					msg: "the dispatcher is shutting down; retry on another instance", retryAfter: 1})
 			}
-			if err := d.p.wait(t, 10*time.Second); err != nil {
-				t.Fatalf("exit: %v", err)
+			if exited, err := d.Wait(10 * time.Second); !exited || err != nil {
+				t.Fatalf("exited %v: %v", exited, err)
 			}
 		})
 	}

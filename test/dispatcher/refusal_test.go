@@ -39,7 +39,7 @@ func checkRefusal(t *testing.T, got result, want wantRefusal) {
 	if got.code != want.code {
 		t.Fatalf("status %d, want %d; body %s", got.code, want.code, got.body)
 	}
-	r := parseRefusal(t, got.body)
+	r := testutil.ParseRefusal(t, []byte(got.body))
 	gotFields := wantRefusal{code: got.code, typ: r.Error.Type, msg: r.Error.Message, tier: r.Error.Tier,
 		position: r.Error.QueuePosition, retryAfter: r.Error.RetryAfterSeconds}
 	if diff := cmp.Diff(want, gotFields, cmp.AllowUnexported(wantRefusal{})); diff != "" {
@@ -85,37 +85,37 @@ func TestRefusals(t *testing.T) {
 		cause string
 	}{
 		"missing tenant header": {
-			policy: func() *policy.Policy { return basePolicy(1, 2, s.addr) },
+			policy: func() *policy.Policy { return basePolicy(1, 2, s.Addr) },
 			req:    call{},
 			want:   wantRefusal{code: 401, typ: "unauthenticated", msg: "missing the X-Tenant-ID header that names the tenant"},
 			cause:  "unauthenticated",
 		},
 		"repeated tenant header": {
-			policy: func() *policy.Policy { return basePolicy(1, 2, s.addr) },
+			policy: func() *policy.Policy { return basePolicy(1, 2, s.Addr) },
 			req:    call{header: http.Header{"X-Tenant-Id": {"acme", "globex"}}},
 			want:   wantRefusal{code: 400, typ: "bad_request", msg: "the X-Tenant-ID header is repeated 2 times; send it once"},
 			cause:  "bad_request",
 		},
 		"unknown tenant and no default tier": {
-			policy: func() *policy.Policy { p := basePolicy(1, 2, s.addr); p.DefaultTier = ""; return p },
+			policy: func() *policy.Policy { p := basePolicy(1, 2, s.Addr); p.DefaultTier = ""; return p },
 			req:    call{tenant: "zed"},
 			want:   wantRefusal{code: 403, typ: "unknown_tenant", msg: `tenant "zed" is not known and the pool has no default tier`},
 			cause:  "unknown_tenant",
 		},
 		"api key missing": {
-			policy: apiKeyPolicy(s.addr),
+			policy: apiKeyPolicy(s.Addr),
 			req:    call{tenant: "acme"},
 			want:   wantRefusal{code: 401, typ: "unauthenticated", msg: `missing API key; send "Authorization: Bearer <key>"`},
 			cause:  "unauthenticated",
 		},
 		"api key unknown": {
-			policy: apiKeyPolicy(s.addr),
+			policy: apiKeyPolicy(s.Addr),
 			req:    call{header: http.Header{"Authorization": {"Bearer sk-wrong"}}},
 			want:   wantRefusal{code: 401, typ: "unauthenticated", msg: "unknown API key"},
 			cause:  "unauthenticated",
 		},
 		"body too large": {
-			policy: func() *policy.Policy { return basePolicy(1, 2, s.addr) },
+			policy: func() *policy.Policy { return basePolicy(1, 2, s.Addr) },
 			args:   []string{"--max-body-bytes", "1024"},
 			req:    call{tenant: "acme", body: `{"prompt":"` + strings.Repeat("x", 2000) + `"}`},
 			want:   wantRefusal{code: 413, typ: "body_too_large", msg: "the request body is larger than 1024 bytes", tier: "premium"},
@@ -143,7 +143,7 @@ func TestRefusals(t *testing.T) {
 			// taken by acme; globex is refused. Premium has dispatched
 			// nothing, so Retry-After comes from serviceRate: ceil(2/0.5).
 			policy: func() *policy.Policy {
-				p := basePolicy(1, 1, s.addr)
+				p := basePolicy(1, 1, s.Addr)
 				p.ServiceRate = 0.5
 				p.Tiers[0].QueueBound = 1
 				return p
@@ -156,7 +156,7 @@ func TestRefusals(t *testing.T) {
 		},
 		"tenant queue limit": {
 			policy: func() *policy.Policy {
-				p := basePolicy(1, 1, s.addr)
+				p := basePolicy(1, 1, s.Addr)
 				p.ServiceRate = 0.5
 				p.Tiers[0].TenantQueueLimit = 1
 				return p
@@ -169,13 +169,13 @@ func TestRefusals(t *testing.T) {
 		},
 		"queue timeout": {
 			policy: func() *policy.Policy {
-				p := basePolicy(1, 1, s.addr)
+				p := basePolicy(1, 1, s.Addr)
 				p.ClientTimeoutSeconds = 0.5
 				return p
 			},
 			setup: func(t *testing.T, d *disp) {
 				background(t, d, call{tenant: "initech", header: long})
-				eventually(t, "slot taken", func() bool { return d.stats(t).Queue.InFlight == 1 })
+				testutil.EventuallyTrue(t, settle, "slot taken", func() bool { return d.stats(t).Queue.InFlight == 1 })
 			},
 			req: call{tenant: "acme"},
 			want: wantRefusal{code: 504, typ: "queue_timeout", tier: "premium",
@@ -204,7 +204,7 @@ func TestRefusals(t *testing.T) {
 				pool = ""
 			}
 			key := `tiergate_rejections_total{cause="` + tc.cause + `",pool="` + pool + `",tier="` + tier + `"}`
-			if v := d.scrape(t)[key]; v != 1 {
+			if v := d.Metrics(t)[key]; v != 1 {
 				t.Errorf("%s = %v, want 1", key, v)
 			}
 		})
@@ -253,12 +253,12 @@ func background(t *testing.T, d *disp, c call) {
 // with no Content-Length (413).
 func TestBadInput(t *testing.T) {
 	s := startSim(t, "--service-time", "0")
-	d := startDispatcher(t, dispOpts{policy: basePolicy(1, 2, s.addr),
+	d := startDispatcher(t, dispOpts{policy: basePolicy(1, 2, s.Addr),
 		args: []string{"--body-timeout", "500ms", "--read-header-timeout", "500ms", "--max-body-bytes", "100"}})
 
 	raw := func(t *testing.T, req string) (string, time.Duration) {
 		t.Helper()
-		c, err := net.Dial("tcp", d.data)
+		c, err := net.Dial("tcp", d.Data)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -278,7 +278,7 @@ func TestBadInput(t *testing.T) {
 			t.Fatalf("got %q", out)
 		}
 		_, body, _ := strings.Cut(out, "\r\n\r\n")
-		r := parseRefusal(t, body)
+		r := testutil.ParseRefusal(t, []byte(body))
 		if r.Error.Type != "request_timeout" || r.Error.Message != "the request body did not arrive within 500ms" {
 			t.Errorf("refusal %+v", r.Error)
 		}
@@ -309,7 +309,7 @@ func TestBadInput(t *testing.T) {
 			t.Fatalf("got %q", out)
 		}
 		_, b, _ := strings.Cut(out, "\r\n\r\n")
-		if r := parseRefusal(t, b); r.Error.Type != "body_too_large" || r.Error.Message != "the request body is larger than 100 bytes" {
+		if r := testutil.ParseRefusal(t, []byte(b)); r.Error.Type != "body_too_large" || r.Error.Message != "the request body is larger than 100 bytes" {
 			t.Errorf("refusal %+v", r.Error)
 		}
 	})
@@ -325,7 +325,7 @@ var long = http.Header{"X-Sim-Service-Time": {"3s"}}
 // queues one premium request of acme behind it.
 func holdSlotQueueAcme(t *testing.T, d *disp) {
 	background(t, d, call{tenant: "initech", header: long})
-	eventually(t, "slot taken", func() bool { return d.stats(t).Queue.InFlight == 1 })
+	testutil.EventuallyTrue(t, settle, "slot taken", func() bool { return d.stats(t).Queue.InFlight == 1 })
 	background(t, d, call{tenant: "acme"})
-	eventually(t, "acme queued", func() bool { return d.stats(t).Queue.Queued == 1 })
+	testutil.EventuallyTrue(t, settle, "acme queued", func() bool { return d.stats(t).Queue.Queued == 1 })
 }

@@ -2,7 +2,6 @@ package fleet
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
@@ -14,7 +13,7 @@ import (
 	"github.com/openai/openai-go/v3/option"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/tiergate/tiergate/dispatcher/state/redistest"
+	"github.com/tiergate/tiergate/internal/redistest"
 	"github.com/tiergate/tiergate/internal/testutil"
 )
 
@@ -35,7 +34,7 @@ func TestCapsHoldAcrossDispatchers(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			rs := redistest.Start(t, redistest.Options{})
 			sm := startSim(t, 16, "const:150ms")
-			p := fleetPolicy(sm.addr, 4, 200, 3, 200, map[string]int{"capped": 2})
+			p := fleetPolicy(sm.Addr, 4, 200, 3, 200, map[string]int{"capped": 2})
 			state := redisURL(rs)
 			if !tc.fleet {
 				state = "local"
@@ -52,7 +51,7 @@ func TestCapsHoldAcrossDispatchers(t *testing.T) {
 			errs := make(chan error, 2*12*perWorker)
 			for _, d := range ds {
 				for tenant, n := range workers {
-					oc := openai.NewClient(option.WithBaseURL("http://"+d.data+"/v1/"), option.WithAPIKey("unused"),
+					oc := openai.NewClient(option.WithBaseURL(d.DataURL("/v1/")), option.WithAPIKey("unused"),
 						option.WithHeader("X-Tenant-ID", tenant), option.WithMaxRetries(0), option.WithRequestTimeout(60*time.Second))
 					for range n {
 						wg.Add(1)
@@ -76,7 +75,7 @@ func TestCapsHoldAcrossDispatchers(t *testing.T) {
 			for err := range errs {
 				t.Errorf("completion: %v", err)
 			}
-			st := sm.stats(t)
+			st := sm.Stats(t)
 			capped, other := st.Tenants["capped"].PeakActive, st.Tenants["other"].PeakActive
 			t.Logf("simserver peaks: pool %d, capped %d, other %d (completed %d)", st.PeakActive, capped, other, st.Completed)
 			if st.Completed != 2*12*perWorker {
@@ -129,7 +128,7 @@ func TestBoundsHoldAcrossDispatchers(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			rs := redistest.Start(t, redistest.Options{})
 			sm := startSim(t, 4, "const:10ms")
-			p := fleetPolicy(sm.addr, 1, 4, 1, tc.qlimit, nil)
+			p := fleetPolicy(sm.Addr, 1, 4, 1, tc.qlimit, nil)
 			ds := []*dispatcher{startDispatcher(t, "d1", redisURL(rs), p), startDispatcher(t, "d2", redisURL(rs), p)}
 
 			ctx, cancel := context.WithCancel(context.Background())
@@ -145,7 +144,7 @@ func TestBoundsHoldAcrossDispatchers(t *testing.T) {
 			}()
 			// One long request holds the pool's only slot.
 			send(ds[0], "holder", "60s")
-			testutil.EventuallyTrue(t, 10*time.Second, "the slot taken", func() bool { return sm.stats(t).Active == 1 })
+			testutil.EventuallyTrue(t, 10*time.Second, "the slot taken", func() bool { return sm.Stats(t).Active == 1 })
 			for i, d := range ds {
 				for _, tenant := range tc.tenants[i] {
 					send(d, tenant, "10ms")
@@ -159,10 +158,7 @@ func TestBoundsHoldAcrossDispatchers(t *testing.T) {
 				if r.err != nil || r.status != http.StatusTooManyRequests {
 					t.Fatalf("%s: %d %v %s, want 429", d.name, r.status, r.err, r.body)
 				}
-				var eb errorBody
-				if err := json.Unmarshal(r.body, &eb); err != nil {
-					t.Fatalf("%s: body %s: %v", d.name, r.body, err)
-				}
+				eb := testutil.ParseRefusal(t, r.body)
 				if eb.Error.Type != tc.wantType || eb.Error.QueuePosition != tc.wantPos || eb.Error.Tier != "standard" {
 					t.Errorf("%s: refusal %+v, want type %s position %d", d.name, eb.Error, tc.wantType, tc.wantPos)
 				}
@@ -199,7 +195,7 @@ func TestCrashedDispatcherCapacityReturnsWithinTTL(t *testing.T) {
 	flags := []string{"--state-lease-ttl=" + ttl.String(), "--state-renew-interval=" + renew.String()}
 	rs := redistest.Start(t, redistest.Options{})
 	sm := startSim(t, 8, "const:10ms")
-	p := fleetPolicy(sm.addr, 4, 50, 4, 50, nil)
+	p := fleetPolicy(sm.Addr, 4, 50, 4, 50, nil)
 	d1 := startDispatcher(t, "d1", redisURL(rs), p, flags...)
 	d2 := startDispatcher(t, "d2", redisURL(rs), p, flags...)
 
@@ -211,7 +207,7 @@ func TestCrashedDispatcherCapacityReturnsWithinTTL(t *testing.T) {
 		wg.Add(1)
 		go func() { defer wg.Done(); _ = complete(ctx, d1, "a", "60s") }()
 	}
-	testutil.EventuallyTrue(t, 10*time.Second, "d1 holding all 4 slots", func() bool { return sm.stats(t).Active == 4 })
+	testutil.EventuallyTrue(t, 10*time.Second, "d1 holding all 4 slots", func() bool { return sm.Stats(t).Active == 4 })
 	waiting := make(chan result, 1)
 	go func() { waiting <- complete(ctx, d2, "b", "10ms") }()
 	testutil.EventuallyTrue(t, 10*time.Second, "d2's request queued", func() bool { return d2.queued(t) == 1 })
@@ -234,7 +230,7 @@ func TestCrashedDispatcherCapacityReturnsWithinTTL(t *testing.T) {
 	}
 
 	// The full capacity is back: 4 at once through d2.
-	sm.reset(t)
+	sm.ResetStats(t)
 	var wg2 sync.WaitGroup
 	for range 4 {
 		wg2.Add(1)
@@ -246,7 +242,7 @@ func TestCrashedDispatcherCapacityReturnsWithinTTL(t *testing.T) {
 		}()
 	}
 	wg2.Wait()
-	if got := sm.stats(t).PeakActive; got != 4 {
+	if got := sm.Stats(t).PeakActive; got != 4 {
 		t.Errorf("peak after recovery %d, want the pool's 4", got)
 	}
 }
@@ -259,7 +255,7 @@ func TestRedisOutageFallsBackAndResumes(t *testing.T) {
 	flags := []string{"--state-lease-ttl=2s", "--state-renew-interval=300ms"}
 	rs := redistest.Start(t, redistest.Options{})
 	sm := startSim(t, 16, "const:40ms")
-	p := fleetPolicy(sm.addr, 4, 200, 4, 200, map[string]int{"capped": 2})
+	p := fleetPolicy(sm.Addr, 4, 200, 4, 200, map[string]int{"capped": 2})
 	ds := []*dispatcher{
 		startDispatcher(t, "d1", redisURL(rs), p, flags...),
 		startDispatcher(t, "d2", redisURL(rs), p, flags...),
@@ -282,9 +278,9 @@ func TestRedisOutageFallsBackAndResumes(t *testing.T) {
 
 	phase := func(name string, d time.Duration) {
 		t.Helper()
-		sm.reset(t)
+		sm.ResetStats(t)
 		served, failures := load(t, ds, d)
-		st := sm.stats(t)
+		st := sm.Stats(t)
 		t.Logf("%s: served %d; simserver peaks: pool %d, capped %d", name, served, st.PeakActive, st.Tenants["capped"].PeakActive)
 		for _, f := range failures {
 			t.Errorf("%s: %s", name, f)

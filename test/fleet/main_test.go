@@ -3,14 +3,13 @@ package fleet
 import (
 	"fmt"
 	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/tiergate/tiergate/internal/testutil"
 )
 
-// Binaries built by TestMain.
-var tiergateBin, simserverBin string
+// bins are the binaries under test, built by TestMain.
+var bins testutil.Binaries
 
 func TestMain(m *testing.M) {
 	os.Exit(run(m))
@@ -23,18 +22,9 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	root, err := testutil.ModuleRoot()
-	if err != nil {
+	if bins, err = testutil.BuildBinaries(dir, testutil.BuildOptions{}); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
-	}
-	tiergateBin = filepath.Join(dir, "tiergate")
-	simserverBin = filepath.Join(dir, "simserver")
-	for out, pkg := range map[string]string{tiergateBin: ".", simserverBin: "./hack/simserver"} {
-		if err := testutil.BuildBinary(root, out, pkg, testutil.BuildOptions{}); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
-		}
 	}
 	return m.Run()
 }

@@ -4,10 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -16,7 +16,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -31,6 +30,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/tiergate/tiergate/dispatcher/policy"
+	"github.com/tiergate/tiergate/internal/redistest"
+	"github.com/tiergate/tiergate/internal/testutil"
 )
 
 // The chart's flags are only useful if the binary takes them: these tests
@@ -47,11 +48,7 @@ func binary(t *testing.T) string {
 	t.Helper()
 	tiergateBin.once.Do(func() {
 		tiergateBin.path = filepath.Join(helmHome, "bin", "tiergate")
-		cmd := exec.Command("go", "build", "-o", tiergateBin.path, ".")
-		cmd.Dir = repoRoot
-		if out, err := cmd.CombinedOutput(); err != nil {
-			tiergateBin.err = fmt.Errorf("go build: %v\n%s", err, out)
-		}
+		tiergateBin.err = testutil.BuildBinary(repoRoot, tiergateBin.path, ".", testutil.BuildOptions{})
 	})
 	if tiergateBin.err != nil {
 		t.Fatal(tiergateBin.err)
@@ -64,12 +61,12 @@ var helpFlag = regexp.MustCompile(`(?m)^  -([a-z0-9][a-z0-9-]*)`)
 // flagsOf lists the flags `tiergate <sub> --help` documents.
 func flagsOf(t *testing.T, sub string) map[string]bool {
 	t.Helper()
-	r := run(t, nil, binary(t), sub, "--help")
-	if r.err != nil {
+	r := command(testutil.Tool{Bin: binary(t)}).Run(sub, "--help")
+	if r.Err != nil {
 		t.Fatalf("tiergate %s --help:\n%s", sub, r)
 	}
 	flags := map[string]bool{}
-	for _, m := range helpFlag.FindAllStringSubmatch(r.stderr+r.stdout, -1) {
+	for _, m := range helpFlag.FindAllStringSubmatch(r.Stderr+r.Stdout, -1) {
 		flags[m[1]] = true
 	}
 	if len(flags) == 0 {
@@ -128,17 +125,6 @@ func TestChartFlagsExist(t *testing.T) {
 	}
 }
 
-// freeAddr returns a loopback address nothing listens on.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
 // rewrite replaces the value of the named flags in the chart's arguments.
 func rewrite(t *testing.T, in []string, values map[string]string) []string {
 	t.Helper()
@@ -160,71 +146,30 @@ func rewrite(t *testing.T, in []string, values map[string]string) []string {
 	return out
 }
 
-// process is a started tiergate subcommand; stop ends it.
-type process struct {
-	cmd    *exec.Cmd
-	stderr *bytes.Buffer
-	done   chan struct{} // closed when the process has exited
-	err    error         // its exit status, once done is closed
+// start runs the tiergate binary with argv for t (see testutil.StartT).
+func start(t *testing.T, argv []string) *testutil.Process {
+	t.Helper()
+	return testutil.StartT(t, exec.Command(binary(t), argv...), testutil.Options{Name: "tiergate " + argv[0]})
 }
 
-func start(t *testing.T, argv []string) *process {
+// chartPolicy is a valid one-tier policy for the dispatchers the chart's
+// flags start, in sharedState (Local when "").
+func chartPolicy(t *testing.T, sharedState string) []byte {
 	t.Helper()
-	cmd := exec.Command(binary(t), argv...)
-	var stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stderr, &stderr
-	if err := cmd.Start(); err != nil {
+	pol := policy.Policy{
+		Version: 1, Pool: "tg/llm", Slots: 4, ServiceRate: 1, AgeingRate: 6, ClientTimeoutSeconds: 30, SharedState: sharedState,
+		Authentication: policy.Authentication{Mode: "TrustedHeader", HeaderName: "X-Tenant-ID"},
+		Tiers:          []policy.Tier{{Name: "premium", TolerableWaitSeconds: 5, QueueBound: 5, TenantConcurrencyLimit: 1, TenantQueueLimit: 1}},
+		Backends:       []policy.Backend{{Address: "127.0.0.1:1", Scheme: "http"}},
+	}
+	if err := pol.Validate(); err != nil {
+		t.Fatalf("the test's policy is invalid: %v", err)
+	}
+	body, err := json.Marshal(pol)
+	if err != nil {
 		t.Fatal(err)
 	}
-	p := &process{cmd: cmd, stderr: &stderr, done: make(chan struct{})}
-	go func() {
-		p.err = cmd.Wait()
-		close(p.done)
-	}()
-	t.Cleanup(func() {
-		select {
-		case <-p.done:
-		default:
-			_ = cmd.Process.Kill()
-			<-p.done
-		}
-	})
-	return p
-}
-
-// stop sends SIGTERM and waits for a clean exit.
-func (p *process) stop(t *testing.T, within time.Duration) {
-	t.Helper()
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-p.done:
-		if p.err != nil {
-			t.Errorf("exit after SIGTERM: %v\n%s", p.err, p.stderr)
-		}
-	case <-time.After(within):
-		t.Errorf("still running %v after SIGTERM\n%s", within, p.stderr)
-	}
-}
-
-// eventually polls cond until it holds or the deadline passes; the process
-// under test is real, so there is no clock to fake.
-func eventually(t *testing.T, what string, within time.Duration, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	last := ""
-	for {
-		ok, state := cond()
-		if ok {
-			return
-		}
-		last = state
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v (last: %s)", what, within, last)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	return body
 }
 
 func httpDo(t *testing.T, method, url, token string, body []byte) (int, string) {
@@ -256,7 +201,7 @@ func TestDispatcherRunsWithChartFlags(t *testing.T) {
 	if err := os.WriteFile(tokenFile, []byte(token), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	data, admin := freeAddr(t), freeAddr(t)
+	data, admin := testutil.FreeAddr(t, "127.0.0.1"), testutil.FreeAddr(t, "127.0.0.1")
 	chartArgs := args(t, find(t, render(t), "Deployment", "tiergate-dispatcher"))
 	argv := rewrite(t, chartArgs, map[string]string{
 		"listen":           data,
@@ -265,38 +210,23 @@ func TestDispatcherRunsWithChartFlags(t *testing.T) {
 	})
 	p := start(t, argv)
 
-	eventually(t, "/healthz answers 200", 20*time.Second, func() (bool, string) {
-		code, body := httpDo(t, http.MethodGet, "http://"+admin+"/healthz", "", nil)
-		return code == http.StatusOK, fmt.Sprintf("%d %s", code, body)
-	})
+	testutil.WaitHTTP(t, p, "http://"+admin+"/healthz", http.StatusOK, 20*time.Second)
 	if code, body := httpDo(t, http.MethodGet, "http://"+admin+"/readyz", "", nil); code == http.StatusOK {
 		t.Errorf("/readyz = %d %q before any policy, want not ready", code, body)
 	}
 
-	pol := policy.Policy{
-		Version: 1, Pool: "tg/llm", Slots: 4, ServiceRate: 1, AgeingRate: 6, ClientTimeoutSeconds: 30,
-		Authentication: policy.Authentication{Mode: "TrustedHeader", HeaderName: "X-Tenant-ID"},
-		Tiers:          []policy.Tier{{Name: "premium", TolerableWaitSeconds: 5, QueueBound: 5, TenantConcurrencyLimit: 1, TenantQueueLimit: 1}},
-		Backends:       []policy.Backend{{Address: "127.0.0.1:1", Scheme: "http"}},
-	}
-	if err := pol.Validate(); err != nil {
-		t.Fatalf("the test's policy is invalid: %v", err)
-	}
-	body, err := json.Marshal(pol)
-	if err != nil {
-		t.Fatal(err)
-	}
+	body := chartPolicy(t, "")
 	if code, resp := httpDo(t, http.MethodPut, "http://"+admin+"/v1/policy", "not-the-token", body); code != http.StatusUnauthorized {
 		t.Errorf("PUT /v1/policy with a wrong token = %d %q, want 401", code, resp)
 	}
 	if code, resp := httpDo(t, http.MethodPut, "http://"+admin+"/v1/policy", token, body); code/100 != 2 {
 		t.Fatalf("PUT /v1/policy with the mounted token = %d %q, want 2xx", code, resp)
 	}
-	eventually(t, "/readyz answers 200 with a policy", 10*time.Second, func() (bool, string) {
-		code, body := httpDo(t, http.MethodGet, "http://"+admin+"/readyz", "", nil)
-		return code == http.StatusOK, fmt.Sprintf("%d %s", code, body)
-	})
-	p.stop(t, 40*time.Second) // the chart's drain timeout is 30s; nothing is queued
+	// The policy is applied before the PUT answers.
+	if code, resp := httpDo(t, http.MethodGet, "http://"+admin+"/readyz", "", nil); code != http.StatusOK {
+		t.Errorf("/readyz with a policy = %d %q, want 200", code, resp)
+	}
+	p.StopClean(t, 40*time.Second) // the chart's drain timeout is 30s; nothing is queued
 }
 
 // The controller, run as the chart's ServiceAccount with the chart's flags,
@@ -326,7 +256,7 @@ func runControllerAsServiceAccount(t *testing.T, ns, release string) {
 	if err := os.WriteFile(tokenFile, []byte(pushToken(t, ns, release+"-tiergate-push-token", "token")), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	probe, metricsAddr := freeAddr(t), freeAddr(t)
+	probe, metricsAddr := testutil.FreeAddr(t, "127.0.0.1"), testutil.FreeAddr(t, "127.0.0.1")
 	argv := rewrite(t, args(t, deploy), map[string]string{
 		"metrics-bind-address":      metricsAddr,
 		"health-probe-bind-address": probe,
@@ -335,30 +265,32 @@ func runControllerAsServiceAccount(t *testing.T, ns, release string) {
 	argv = append(argv, "--kubeconfig="+kubeconfig)
 	p := start(t, argv)
 
-	eventually(t, "controller /readyz answers 200", 60*time.Second, func() (bool, string) {
-		code, body := httpDo(t, http.MethodGet, "http://"+probe+"/readyz", "", nil)
-		return code == http.StatusOK, fmt.Sprintf("%d %s", code, body)
-	})
+	testutil.WaitHTTP(t, p, "http://"+probe+"/readyz", http.StatusOK, 60*time.Second)
 	cs := adminClientset(t)
-	eventually(t, "the controller holds its Lease", 30*time.Second, func() (bool, string) {
+	testutil.Eventually(t, 30*time.Second, "the controller holds its Lease", func() error {
 		l, err := cs.CoordinationV1().Leases(ns).Get(context.Background(), "tiergate-controller.tiergate.dev", metav1.GetOptions{})
 		if err != nil {
-			return false, err.Error()
+			return err
 		}
-		return l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity != "", "no holder"
+		if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity == "" {
+			return errors.New("no holder")
+		}
+		return nil
 	})
 	dyn, err := dynamic.NewForConfig(cp.admin)
 	if err != nil {
 		t.Fatal(err)
 	}
 	pools := dyn.Resource(schema.GroupVersionResource{Group: "tiergate.dev", Version: "v1alpha1", Resource: "modelpools"})
-	eventually(t, "the sample ModelPool gets status conditions", 30*time.Second, func() (bool, string) {
+	testutil.Eventually(t, 30*time.Second, "the sample ModelPool gets status conditions", func() error {
 		mp, err := pools.Namespace(ns).Get(context.Background(), "llm", metav1.GetOptions{})
 		if err != nil {
-			return false, err.Error()
+			return err
 		}
-		conds, _, _ := unstructured.NestedSlice(mp.Object, "status", "conditions")
-		return len(conds) > 0, fmt.Sprintf("status %v", mp.Object["status"])
+		if conds, _, _ := unstructured.NestedSlice(mp.Object, "status", "conditions"); len(conds) == 0 {
+			return fmt.Errorf("status %v", mp.Object["status"])
+		}
+		return nil
 	})
 
 	// With the sample's 6 ready replicas the tiers state their guarantees
@@ -367,21 +299,21 @@ func runControllerAsServiceAccount(t *testing.T, ns, release string) {
 	kubectl(t, "patch", "deployment", "llm", "--namespace", ns, "--subresource=status", "--type=merge",
 		"-p", `{"status":{"replicas":6,"readyReplicas":6}}`)
 	want := map[string]float64{"premium": 61, "standard": 121, "free": 181}
-	eventually(t, "the controller exports the tiers' stated maxWait", 30*time.Second, func() (bool, string) {
+	testutil.Eventually(t, 30*time.Second, "the controller exports the tiers' stated maxWait", func() error {
 		code, body := httpDo(t, http.MethodGet, "http://"+metricsAddr+"/metrics", "", nil)
 		if code != http.StatusOK {
-			return false, fmt.Sprintf("GET /metrics: %d", code)
+			return fmt.Errorf("GET /metrics: %d", code)
 		}
 		parser := expfmt.NewTextParser(model.UTF8Validation)
 		families, err := parser.TextToMetricFamilies(strings.NewReader(body))
 		if err != nil {
-			return false, err.Error()
+			return err
 		}
 		got := map[string]float64{}
 		for name := range controllerExported {
 			f, ok := families[name]
 			if !ok {
-				return false, name + " not served"
+				return errors.New(name + " not served")
 			}
 			for _, m := range f.GetMetric() {
 				labels := map[string]string{}
@@ -390,17 +322,20 @@ func runControllerAsServiceAccount(t *testing.T, ns, release string) {
 				}
 				names, wantNames := slices.Sorted(maps.Keys(labels)), slices.Sorted(maps.Keys(controllerExported[name]))
 				if !slices.Equal(names, wantNames) {
-					return false, fmt.Sprintf("%s has labels %v, want %v", name, names, wantNames)
+					return fmt.Errorf("%s has labels %v, want %v", name, names, wantNames)
 				}
 				if name == "tiergate_tier_max_wait_seconds" && labels["pool"] == ns+"/llm" {
 					got[labels["tier"]] = m.GetGauge().GetValue()
 				}
 			}
 		}
-		return cmp.Equal(want, got), fmt.Sprintf("tiergate_tier_max_wait_seconds{pool=%q} by tier: %v, want %v", ns+"/llm", got, want)
+		if !cmp.Equal(want, got) {
+			return fmt.Errorf("tiergate_tier_max_wait_seconds{pool=%q} by tier: %v, want %v", ns+"/llm", got, want)
+		}
+		return nil
 	})
-	p.stop(t, 20*time.Second)
-	if logs := p.stderr.String(); regexp.MustCompile(`(?i)forbidden`).MatchString(logs) {
+	p.StopClean(t, 20*time.Second)
+	if logs := p.Output(); regexp.MustCompile(`(?i)forbidden`).MatchString(logs) {
 		t.Errorf("the controller was refused something its role should allow:\n%s", logs)
 	}
 	l, err := cs.CoordinationV1().Leases(ns).Get(context.Background(), "tiergate-controller.tiergate.dev", metav1.GetOptions{})
@@ -417,9 +352,10 @@ func runControllerAsServiceAccount(t *testing.T, ns, release string) {
 // The dispatcher's registration in Redis shows the TTL (its lease expires
 // at most 2s after Redis' clock, against 10s by default) and the interval
 // (renewed about every 200ms, against 667ms by default for that TTL).
+// Every renewal is a ZADD to the registration, which Redis announces as a
+// keyspace event: the test reads the lease at each one.
 func TestDispatcherRunsWithChartFleetFlags(t *testing.T) {
-	redisBin, err := exec.LookPath("redis-server")
-	if err != nil {
+	if _, err := exec.LookPath("redis-server"); err != nil {
 		t.Fatalf("redis-server not found: install it with `hack/ensure-deb.sh redis-server` (%v)", err)
 	}
 	const token = "chart-fleet-test-token-0123456789abcdef"
@@ -431,101 +367,74 @@ func TestDispatcherRunsWithChartFleetFlags(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-
-	redisAddr := freeAddr(t)
-	host, port, _ := net.SplitHostPort(redisAddr)
-	redisLog := filepath.Join(dir, "redis.log")
-	srv := exec.Command(redisBin, "--bind", host, "--port", port, "--requirepass", password,
-		"--save", "", "--appendonly", "no", "--dir", dir, "--logfile", redisLog)
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = srv.Process.Kill()
-		_ = srv.Wait()
-	})
-	rdb := redis.NewClient(&redis.Options{Addr: redisAddr, Password: password})
+	rs := redistest.Start(t, redistest.Options{Password: password, Extra: []string{"--notify-keyspace-events", "Kz"}})
+	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr(), Password: password})
 	t.Cleanup(func() { _ = rdb.Close() })
-	eventually(t, "redis-server answers PING", 10*time.Second, func() (bool, string) {
-		err := rdb.Ping(context.Background()).Err()
-		log, _ := os.ReadFile(redisLog)
-		return err == nil, fmt.Sprintf("%v\n%s", err, log)
-	})
+	const key = "tg:{tg/llm}:dispatchers"
+	ctx := context.Background()
+	sub := rdb.Subscribe(ctx, "__keyspace@0__:"+key)
+	t.Cleanup(func() { _ = sub.Close() })
+	if _, err := sub.Receive(ctx); err != nil {
+		t.Fatalf("subscribing to the registration's events: %v", err)
+	}
+	events := sub.Channel()
 
-	d := find(t, render(t, "--set", "redis.enabled=true,redis.address="+redisAddr+",redis.passwordSecret.name=redis-auth,redis.leaseTTLSeconds=2",
+	d := find(t, render(t, "--set", "redis.enabled=true,redis.address="+rs.Addr()+",redis.passwordSecret.name=redis-auth,redis.leaseTTLSeconds=2",
 		"--set-json", "redis.renewIntervalSeconds=0.2"), "Deployment", "tiergate-dispatcher")
 	chartArgs := args(t, d)
-	for _, want := range []string{"--state=redis://" + redisAddr + "/0", "--state-lease-ttl=2s", "--state-renew-interval=0.2s"} {
+	for _, want := range []string{"--state=redis://" + rs.Addr() + "/0", "--state-lease-ttl=2s", "--state-renew-interval=0.2s"} {
 		if !slices.Contains(chartArgs, want) {
 			t.Fatalf("the chart's arguments %v lack %s", chartArgs, want)
 		}
 	}
-	data, admin := freeAddr(t), freeAddr(t)
+	admin := testutil.FreeAddr(t, "127.0.0.1")
 	p := start(t, rewrite(t, chartArgs, map[string]string{
-		"listen":              data,
+		"listen":              testutil.FreeAddr(t, "127.0.0.1"),
 		"admin-listen":        admin,
 		"admin-token-file":    tokenFile,
 		"redis-password-file": pwFile,
 	}))
-	eventually(t, "/healthz answers 200", 20*time.Second, func() (bool, string) {
-		code, body := httpDo(t, http.MethodGet, "http://"+admin+"/healthz", "", nil)
-		return code == http.StatusOK, fmt.Sprintf("%d %s", code, body)
-	})
-
-	pol := policy.Policy{
-		Version: 1, Pool: "tg/llm", Slots: 4, ServiceRate: 1, AgeingRate: 6, ClientTimeoutSeconds: 30, SharedState: policy.StateRedis,
-		Authentication: policy.Authentication{Mode: "TrustedHeader", HeaderName: "X-Tenant-ID"},
-		Tiers:          []policy.Tier{{Name: "premium", TolerableWaitSeconds: 5, QueueBound: 5, TenantConcurrencyLimit: 1, TenantQueueLimit: 1}},
-		Backends:       []policy.Backend{{Address: "127.0.0.1:1", Scheme: "http"}},
-	}
-	if err := pol.Validate(); err != nil {
-		t.Fatalf("the test's policy is invalid: %v", err)
-	}
-	body, err := json.Marshal(pol)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if code, resp := httpDo(t, http.MethodPut, "http://"+admin+"/v1/policy", token, body); code/100 != 2 {
+	testutil.WaitHTTP(t, p, "http://"+admin+"/healthz", http.StatusOK, 20*time.Second)
+	if code, resp := httpDo(t, http.MethodPut, "http://"+admin+"/v1/policy", token, chartPolicy(t, policy.StateRedis)); code/100 != 2 {
 		t.Fatalf("PUT /v1/policy = %d %q, want 2xx", code, resp)
 	}
 
-	// registration returns the dispatcher's lease expiry and how far it
-	// lies ahead of Redis' clock, in milliseconds; ok is false while the
-	// dispatcher is not registered.
-	const key = "tg:{tg/llm}:dispatchers"
-	ctx := context.Background()
-	registration := func() (expiry, lead float64, ok bool, err error) {
+	// lead is how far the registration's expiry lies ahead of Redis'
+	// clock, in milliseconds.
+	lead := func() float64 {
 		members, err := rdb.ZRangeWithScores(ctx, key, 0, -1).Result()
-		if err != nil || len(members) == 0 {
-			return 0, 0, false, err
+		if err != nil || len(members) != 1 {
+			t.Fatalf("the registration: %v, %v; want one member", members, err)
 		}
 		now, err := rdb.Time(ctx).Result()
 		if err != nil {
-			return 0, 0, false, err
+			t.Fatal(err)
 		}
-		return members[0].Score, members[0].Score - float64(now.UnixMilli()), true, nil
+		return members[0].Score - float64(now.UnixMilli())
 	}
-	eventually(t, "the dispatcher registers in Redis", 10*time.Second, func() (bool, string) {
-		_, _, ok, err := registration()
-		return ok, fmt.Sprintf("no member in %s (err %v)", key, err)
-	})
-	expiries := map[float64]bool{}
+	// Seven renewals are six intervals: 1.2s at the chart's 0.2s, 4s at
+	// the default 667ms for a 2s TTL.
+	var renewals []time.Time
 	var maxLead float64
-	for end := time.Now().Add(2 * time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
-		expiry, lead, ok, err := registration()
-		if err != nil || !ok {
-			t.Fatalf("the registration vanished: ok %v, err %v", ok, err)
+	timeout := time.After(30 * time.Second)
+	for len(renewals) < 7 {
+		select {
+		case msg := <-events:
+			if msg.Payload == "zadd" {
+				renewals = append(renewals, time.Now())
+				maxLead = max(maxLead, lead())
+			}
+		case <-timeout:
+			t.Fatalf("%d renewals of the registration within 30s, want 7", len(renewals))
 		}
-		maxLead = max(maxLead, lead)
-		expiries[expiry] = true
 	}
 	if maxLead > 2000 || maxLead <= 0 {
 		t.Errorf("the registration expires up to %.0fms after Redis' clock, want within the chart's 2s lease TTL", maxLead)
 	}
-	// 2s at 200ms is 10 renewals; the default interval for a 2s TTL
-	// (667ms) gives 3 or 4.
-	if len(expiries) < 6 {
-		t.Errorf("the registration was renewed %d times in 2s, want at least 6 with the chart's 0.2s interval", len(expiries))
+	took := renewals[6].Sub(renewals[0])
+	t.Logf("six renewal intervals took %s; the lease led Redis' clock by at most %.0fms", took, maxLead)
+	if took > 6*400*time.Millisecond {
+		t.Errorf("six renewal intervals took %s, want about 1.2s with the chart's 0.2s interval", took)
 	}
-	p.stop(t, 40*time.Second)
+	p.StopClean(t, 40*time.Second)
 }

@@ -1,13 +1,9 @@
 package helm
 
 import (
-	"bytes"
-	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -15,6 +11,9 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
+
+	"github.com/tiergate/tiergate/internal/testutil"
+	"github.com/tiergate/tiergate/internal/testutil/controlplane"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/*.golden from the current chart")
@@ -33,9 +32,12 @@ const (
 var (
 	repoRoot   string
 	chartDir   string
-	helmBin    string
+	k8sAssets  string // kube-apiserver, etcd and kubectl
 	kubectlBin string
 	helmHome   string
+	// helmCmd is bin/helm with its homes under helmHome, run from the
+	// repository root.
+	helmCmd testutil.Tool
 )
 
 func TestMain(m *testing.M) {
@@ -44,20 +46,22 @@ func TestMain(m *testing.M) {
 }
 
 func runMain(m *testing.M) int {
-	root, err := filepath.Abs(filepath.Join("..", ".."))
+	root, err := testutil.ModuleRoot()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	repoRoot = root
 	chartDir = filepath.Join(root, "charts", "tiergate")
-	helmBin = filepath.Join(root, "bin", "helm")
-	kubectlBin = filepath.Join(root, "bin", "k8s", "kubectl")
-	for _, b := range []string{helmBin, kubectlBin} {
-		if _, err := os.Stat(b); err != nil {
-			fmt.Fprintf(os.Stderr, "%s is missing: run `make tools` first (%v)\n", b, err)
-			return 1
-		}
+	if k8sAssets, err = controlplane.Assets(root); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	kubectlBin = filepath.Join(k8sAssets, "kubectl")
+	helmBin := filepath.Join(root, "bin", "helm")
+	if _, err := os.Stat(helmBin); err != nil {
+		fmt.Fprintf(os.Stderr, "%s is missing: run `make tools` first (%v)\n", helmBin, err)
+		return 1
 	}
 	// Helm keeps caches and repositories under its homes: keep them out of
 	// the user's.
@@ -67,6 +71,7 @@ func runMain(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(helmHome)
+	helmCmd = command(testutil.Helm(helmBin, helmHome))
 	code := m.Run()
 	if err := stopControlPlane(); err != nil {
 		fmt.Fprintf(os.Stderr, "stopping the control plane: %v\n", err)
@@ -77,46 +82,17 @@ func runMain(m *testing.M) int {
 	return code
 }
 
-// result is one finished command.
-type result struct {
-	stdout, stderr string
-	err            error
-}
-
-func (r result) String() string {
-	return fmt.Sprintf("err: %v\nstdout:\n%s\nstderr:\n%s", r.err, r.stdout, r.stderr)
-}
-
-// run runs a binary with a bounded time and Helm's homes isolated.
-func run(t *testing.T, env []string, bin string, args ...string) result {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), commandTimeout)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, args...)
-	cmd.Dir = repoRoot
-	cmd.Env = append(os.Environ(),
-		"HELM_CACHE_HOME="+filepath.Join(helmHome, "cache"),
-		"HELM_CONFIG_HOME="+filepath.Join(helmHome, "config"),
-		"HELM_DATA_HOME="+filepath.Join(helmHome, "data"),
-	)
-	cmd.Env = append(cmd.Env, env...)
-	var out, errOut bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errOut
-	err := cmd.Run()
-	if ctx.Err() != nil {
-		t.Fatalf("%s %s: timed out after %v", filepath.Base(bin), strings.Join(args, " "), commandTimeout)
-	}
-	return result{stdout: out.String(), stderr: errOut.String(), err: err}
+// command is c run from the repository root, each run bounded by
+// commandTimeout.
+func command(c testutil.Tool) testutil.Tool {
+	c.Dir, c.Timeout = repoRoot, commandTimeout
+	return c
 }
 
 // helm runs bin/helm and fails the test if it fails.
 func helm(t *testing.T, args ...string) string {
 	t.Helper()
-	r := run(t, nil, helmBin, args...)
-	if r.err != nil {
-		t.Fatalf("helm %s:\n%s", strings.Join(args, " "), r)
-	}
-	return r.stdout
+	return helmCmd.Must(t, args...)
 }
 
 // templateArgs renders the chart as release "tiergate" in tiergate-system.
@@ -208,8 +184,9 @@ func toYAMLValue(t *testing.T, v any) any {
 	return out
 }
 
-// exitErr reports whether err is a process that exited non-zero.
-func exitErr(err error) bool {
-	var e *exec.ExitError
-	return errors.As(err, &e)
+// exitedNonZero reports whether r is a run that exited with a status
+// other than 0 (not one that was cut off or did not start).
+func exitedNonZero(r testutil.Result) bool {
+	code, ok := testutil.ExitCode(r.Err)
+	return ok && code != 0
 }

@@ -22,6 +22,8 @@ import (
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/tiergate/tiergate/internal/testutil"
 )
 
 // The shared control plane: started on first use, stopped by TestMain.
@@ -36,7 +38,8 @@ var cp struct {
 func controlPlane(t *testing.T) string {
 	t.Helper()
 	cp.once.Do(func() {
-		cp.env = &envtest.Environment{BinaryAssetsDirectory: filepath.Join(repoRoot, "bin", "k8s")}
+		// No CRDs: the chart installs its own.
+		cp.env = &envtest.Environment{BinaryAssetsDirectory: k8sAssets}
 		if _, cp.err = cp.env.Start(); cp.err != nil {
 			return
 		}
@@ -67,15 +70,16 @@ func stopControlPlane() error {
 	return cp.env.Stop()
 }
 
-// kubectl runs bin/k8s/kubectl against the control plane and fails the test
-// if it fails.
+// kube is bin/k8s/kubectl against the control plane.
+func kube(t *testing.T) testutil.Tool {
+	t.Helper()
+	return command(testutil.Kubectl(kubectlBin, controlPlane(t)))
+}
+
+// kubectl runs kube and fails the test if it fails.
 func kubectl(t *testing.T, args ...string) string {
 	t.Helper()
-	r := run(t, nil, kubectlBin, append([]string{"--kubeconfig", controlPlane(t)}, args...)...)
-	if r.err != nil {
-		t.Fatalf("kubectl %s:\n%s", strings.Join(args, " "), r)
-	}
-	return r.stdout
+	return kube(t).Must(t, args...)
 }
 
 // helmKube runs bin/helm against the control plane.
@@ -337,11 +341,11 @@ func TestInstallAllOptions(t *testing.T) {
 // canI asks the API server's authorizer on behalf of a ServiceAccount.
 func canI(t *testing.T, sa string, args ...string) bool {
 	t.Helper()
-	r := run(t, nil, kubectlBin, append([]string{"--kubeconfig", controlPlane(t), "auth", "can-i", "--as", sa}, args...)...)
-	switch out := strings.TrimSpace(r.stdout); {
-	case r.err == nil && out == "yes":
+	r := kube(t).Run(append([]string{"auth", "can-i", "--as", sa}, args...)...)
+	switch out := strings.TrimSpace(r.Stdout); {
+	case r.Err == nil && out == "yes":
 		return true
-	case exitErr(r.err) && strings.HasPrefix(out, "no"):
+	case exitedNonZero(r) && strings.HasPrefix(out, "no"):
 		return false
 	default:
 		t.Fatalf("kubectl auth can-i %s:\n%s", strings.Join(args, " "), r)

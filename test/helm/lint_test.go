@@ -31,11 +31,11 @@ func TestLint(t *testing.T) {
 
 // Lint must also fail: a value the schema refuses is an error.
 func TestLintRefusesBadValues(t *testing.T) {
-	r := run(t, nil, helmBin, "lint", chartDir, "--kube-version", kubeVersion, "--set", "controller.replicas=3")
-	if r.err == nil || !exitErr(r.err) {
+	r := helmCmd.Run("lint", chartDir, "--kube-version", kubeVersion, "--set", "controller.replicas=3")
+	if !exitedNonZero(r) {
 		t.Fatalf("helm lint with controller.replicas=3 passed:\n%s", r)
 	}
-	if want := "at '/controller/replicas': maximum: got 3, want 2"; !strings.Contains(r.stdout+r.stderr, want) {
+	if want := "at '/controller/replicas': maximum: got 3, want 2"; !strings.Contains(r.Stdout+r.Stderr, want) {
 		t.Errorf("helm lint output lacks %q:\n%s", want, r)
 	}
 }

@@ -582,16 +582,16 @@ func TestBadValues(t *testing.T) {
 			if tc.setJSON != "" {
 				flags = append(flags, "--set-json", tc.setJSON)
 			}
-			r := run(t, nil, helmBin, templateArgs(flags...)...)
-			if r.err == nil || !exitErr(r.err) {
+			r := helmCmd.Run(templateArgs(flags...)...)
+			if !exitedNonZero(r) {
 				t.Fatalf("helm template --set %s succeeded:\n%s", tc.set, r)
 			}
-			got := strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(r.stderr), "Use --debug flag to render out invalid YAML"))
+			got := strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(r.Stderr), "Use --debug flag to render out invalid YAML"))
 			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("error (-want +got):\n%s", diff)
 			}
-			if r.stdout != "" {
-				t.Errorf("stdout = %q, want nothing", r.stdout)
+			if r.Stdout != "" {
+				t.Errorf("stdout = %q, want nothing", r.Stdout)
 			}
 		})
 	}

@@ -17,16 +17,17 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/tiergate/tiergate/dispatcher/metrics"
+	"github.com/tiergate/tiergate/internal/testutil"
 )
 
 // promtool comes from the Debian package prometheus.
-func promtool(t *testing.T) string {
+func promtool(t *testing.T) testutil.Tool {
 	t.Helper()
 	p, err := exec.LookPath("promtool")
 	if err != nil {
 		t.Fatalf("promtool not found: install it with `hack/ensure-deb.sh prometheus` (%v)", err)
 	}
-	return p
+	return command(testutil.Tool{Bin: p})
 }
 
 // ruleFile renders the PrometheusRule and writes its spec as a Prometheus
@@ -65,11 +66,11 @@ func TestRulesPassPromtoolCheck(t *testing.T) {
 	for name, extra := range tests {
 		t.Run(name, func(t *testing.T) {
 			path, _ := ruleFile(t, extra...)
-			r := run(t, nil, promtool(t), "check", "rules", path)
-			if r.err != nil {
+			r := promtool(t).Run("check", "rules", path)
+			if r.Err != nil {
 				t.Fatalf("promtool check rules:\n%s", r)
 			}
-			if !strings.Contains(r.stdout, "SUCCESS: 4 rules found") {
+			if !strings.Contains(r.Stdout, "SUCCESS: 4 rules found") {
 				t.Errorf("promtool check rules did not find the 4 alerts:\n%s", r)
 			}
 		})
@@ -225,8 +226,8 @@ func TestAlertsFire(t *testing.T) {
 	if err := os.WriteFile(tests, []byte(strings.ReplaceAll(alertTests, "RULES", rules)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	r := run(t, nil, promtool(t), "test", "rules", tests)
-	if r.err != nil || !strings.Contains(r.stdout, "SUCCESS") {
+	r := promtool(t).Run("test", "rules", tests)
+	if r.Err != nil || !strings.Contains(r.Stdout, "SUCCESS") {
 		t.Fatalf("promtool test rules:\n%s", r)
 	}
 }

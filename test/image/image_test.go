@@ -54,7 +54,7 @@ func TestMain(m *testing.M) {
 }
 
 func runMain(m *testing.M) int {
-	root, err := filepath.Abs(filepath.Join("..", ".."))
+	root, err := testutil.ModuleRoot()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -77,17 +77,12 @@ func runMain(m *testing.M) int {
 // runTool runs hack/image from the repository root, as `make image` does.
 func runTool(t *testing.T, env []string, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
-	cmd := exec.Command(toolPath, args...)
-	cmd.Dir = repoRoot
-	cmd.Env = append(os.Environ(), env...)
-	var out, errOut bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errOut
-	err := cmd.Run()
-	code, ok := testutil.ExitCode(err)
+	r := testutil.Tool{Bin: toolPath, Dir: repoRoot, Env: env, Timeout: 10 * time.Minute}.Run(args...)
+	code, ok := testutil.ExitCode(r.Err)
 	if !ok {
-		t.Fatalf("running hack/image: %v", err)
+		t.Fatalf("running hack/image: %v", r.Err)
 	}
-	return out.String(), errOut.String(), code
+	return r.Stdout, r.Stderr, code
 }
 
 func buildArchive(t *testing.T, out string) (stdout string) {

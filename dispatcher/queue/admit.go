@@ -1,0 +1,167 @@
+package queue
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/tiergate/tiergate/dispatcher/queue/gate"
+)
+
+// Admit enqueues a request of tenant in tier, or refuses it. Refusals:
+// ErrDraining, ErrNoPolicy, ErrUnknownTier, ErrNoCapacity, and *Refusal
+// wrapping ErrQueueFull or ErrTenantLimit, checked in that order.
+//
+// In local mode, if a slot is free and nothing outranks the job, it is
+// dispatched before Admit returns (Wait then returns nil at once). In fleet
+// mode Admit asks the Gate for a queued place, without holding the queue's
+// lock, and a Gate error other than a refusal is returned wrapped; the job
+// is then dispatched once the Gate grants it a slot.
+func (q *Queue) Admit(tenantID, tierName string) (*Handle, error) {
+	if q.gate != nil {
+		return q.admitFleet(tenantID, tierName)
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	now := q.now()
+	tr, err := q.admissionLocked(tenantID, tierName, now)
+	if err != nil {
+		return nil, err
+	}
+	// A free slot means no runnable tenant is waiting, so a tenant under
+	// its cap runs now; the bound limits waiting, not running.
+	if ts := q.tenants[tenantID]; q.inFlight < q.slots && (ts == nil || ts.inFlight < ts.limit) {
+		j := q.newJobLocked(tenantID, tr, now)
+		j.h.state = stDispatched
+		q.startJob(j, now)
+		return j.h, nil
+	}
+	if err := q.boundsLocked(tr, tenantID, now); err != nil {
+		return nil, err
+	}
+	h := q.enqueueLocked(tenantID, tr, 0, now)
+	q.dispatchLocked(now)
+	return h, nil
+}
+
+// admitFleet is Admit in fleet mode: local checks under the lock, the
+// fleet-wide reservation outside it, then the checks again (a policy or a
+// drain may have come meanwhile) and the job joins the queue.
+func (q *Queue) admitFleet(tenantID, tierName string) (*Handle, error) {
+	q.mu.Lock()
+	now := q.now()
+	tr, err := q.admissionLocked(tenantID, tierName, now)
+	if err == nil {
+		err = q.boundsLocked(tr, tenantID, now)
+	}
+	var bound, qlimit int
+	if err == nil {
+		bound, qlimit = tr.bound, tr.qlimit
+	}
+	q.unlock()
+	if err != nil {
+		return nil, err
+	}
+
+	place, gerr := q.gate.Enqueue(tenantID, tierName, bound, qlimit)
+
+	q.mu.Lock()
+	defer q.unlock()
+	if gerr != nil {
+		return nil, fmt.Errorf("queue: gate enqueue: %w", gerr)
+	}
+	now = q.now()
+	if tr, err = q.admissionLocked(tenantID, tierName, now); err != nil {
+		if place.Result == gate.OK {
+			q.fleet.returns = append(q.fleet.returns, place.Lease)
+		}
+		return nil, err
+	}
+	switch place.Result {
+	case gate.OK:
+	case gate.TenantQueueFull:
+		return nil, q.refuse(tr, ErrTenantLimit, place.QueuedInTier, now)
+	default:
+		return nil, q.refuse(tr, ErrQueueFull, place.QueuedInTier, now)
+	}
+	return q.enqueueLocked(tenantID, tr, place.Lease, now), nil
+}
+
+// admissionLocked is the checks every admission passes first. It returns
+// the tier; a tenant whose queued work sits in another tier (a policy
+// moved it) is moved to this one first, so its FIFO stays in key order.
+func (q *Queue) admissionLocked(tenantID, tierName string, now int64) (*tierState, error) {
+	if q.draining {
+		return nil, ErrDraining
+	}
+	if q.pol == nil {
+		return nil, ErrNoPolicy
+	}
+	tr := q.tiers[tierName]
+	if tr == nil || tr.retired {
+		return nil, fmt.Errorf("%w %q", ErrUnknownTier, tierName)
+	}
+	if q.slots <= 0 {
+		return nil, ErrNoCapacity
+	}
+	if ts := q.tenants[tenantID]; ts != nil && ts.tier != tr {
+		q.moveTenant(ts, tr)
+		ts.limit = q.limitFor(ts.id, tr)
+		q.fixTenant(ts)
+		q.dispatchLocked(now) // its new limit may let queued work run
+	}
+	return tr, nil
+}
+
+// boundsLocked refuses a job the tier's bound or the tenant's queue limit
+// leaves no room for. In fleet mode these are the local counts, a lower
+// bound of the fleet's: a local refusal saves a round trip.
+func (q *Queue) boundsLocked(tr *tierState, tenantID string, now int64) error {
+	if tr.queued >= tr.bound {
+		return q.refuse(tr, ErrQueueFull, tr.queued, now)
+	}
+	if ts := q.tenants[tenantID]; ts != nil && ts.queued >= tr.qlimit {
+		return q.refuse(tr, ErrTenantLimit, tr.queued, now)
+	}
+	return nil
+}
+
+// newJobLocked makes the record and handle of an admitted job, counted as
+// admitted; the caller queues or starts it.
+func (q *Queue) newJobLocked(tenantID string, tr *tierState, now int64) *job {
+	ts := q.getTenant(tenantID, tr)
+	j := q.newJob()
+	j.h = &Handle{q: q, j: j}
+	j.ts, j.tr, j.enq, j.seq = ts, tr, now, q.seq
+	q.seq++
+	q.totals.Admitted++
+	return j
+}
+
+// enqueueLocked admits a job into the queue: the tail of its tenant's FIFO
+// and of its tier's arrival list.
+func (q *Queue) enqueueLocked(tenantID string, tr *tierState, lease gate.Lease, now int64) *Handle {
+	j := q.newJobLocked(tenantID, tr, now)
+	ts := j.ts
+	j.key = q.keyFor(tr, now)
+	j.lease = lease
+	ts.fifo.pushBack(j, byTenant)
+	tr.arrival.pushBack(j, byTier)
+	ts.queued++
+	tr.queued++
+	q.queued++
+	q.fixTenant(ts)
+	q.armTimer(now)
+	return j.h
+}
+
+func (q *Queue) refuse(tr *tierState, cause error, queuedInTier int, now int64) error {
+	if errors.Is(cause, ErrTenantLimit) {
+		cause = ErrTenantLimit
+		tr.refusedTenant++
+	} else {
+		cause = ErrQueueFull
+		tr.refusedCapacity++
+	}
+	pos := queuedInTier + 1
+	return &Refusal{Cause: cause, Tier: tr.name, Position: pos, RetryAfter: q.retryAfter(tr, pos, now)}
+}

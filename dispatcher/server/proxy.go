@@ -1,0 +1,186 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httputil"
+	"sync"
+
+	"github.com/tiergate/tiergate/dispatcher/apierror"
+	"github.com/tiergate/tiergate/dispatcher/balancer"
+	"github.com/tiergate/tiergate/dispatcher/identity"
+	"github.com/tiergate/tiergate/dispatcher/metrics"
+	"github.com/tiergate/tiergate/dispatcher/queue"
+)
+
+// exchange is one request's state: the writer that captures its status,
+// its labels, and what the proxy hooks share. Exchanges are pooled, so the
+// data path allocates nothing for them in the steady state.
+type exchange struct {
+	sw         statusWriter
+	pool, tier string
+
+	backend *balancer.Backend
+	id      *identity.Identifier
+	tenant  string
+	status  int  // the backend's status, once it answered
+	failed  bool // the backend failed before answering
+}
+
+var exchanges = sync.Pool{New: func() any { return new(exchange) }}
+
+func getExchange(w http.ResponseWriter) *exchange {
+	x := exchanges.Get().(*exchange)
+	x.sw.ResponseWriter = w
+	return x
+}
+
+func putExchange(x *exchange) {
+	*x = exchange{}
+	exchanges.Put(x)
+}
+
+// statusWriter passes a response through and remembers its status. It
+// flushes directly (http.Flusher, and FlushError for
+// http.ResponseController), so SSE is still flushed per event; read
+// deadlines and hijacking reach the server's writer through Unwrap.
+type statusWriter struct {
+	http.ResponseWriter
+	// code is the final status written, or an outcome the data path set
+	// (statusClientClosed, or 502 for a stream cut by the backend).
+	code int
+}
+
+// WriteHeader records the first final status; 1xx answers other than 101
+// are informational and may precede it.
+func (w *statusWriter) WriteHeader(code int) {
+	if w.code == 0 && (code >= 200 || code == http.StatusSwitchingProtocols) {
+		w.code = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.code == 0 {
+		w.code = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+// Flush sends what is buffered, and the headers with status 200 if none
+// was written yet.
+func (w *statusWriter) Flush() { _ = w.FlushError() }
+
+// FlushError is Flush with the error of the server's writer.
+func (w *statusWriter) FlushError() error {
+	if w.code == 0 {
+		w.code = http.StatusOK
+	}
+	return http.NewResponseController(w.ResponseWriter).Flush()
+}
+
+// Unwrap gives http.ResponseController the server's writer.
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// status is the requests_total code: net/http sends 200 for a handler
+// that wrote nothing.
+func (w *statusWriter) status() int {
+	if w.code == 0 {
+		return http.StatusOK
+	}
+	return w.code
+}
+
+type exchangeKey struct{}
+
+func rewrite(pr *httputil.ProxyRequest) {
+	x := pr.In.Context().Value(exchangeKey{}).(*exchange)
+	pr.SetURL(x.backend.URL)
+	x.id.Strip(pr.Out.Header, x.tenant)
+}
+
+func modifyResponse(resp *http.Response) error {
+	if x, ok := resp.Request.Context().Value(exchangeKey{}).(*exchange); ok {
+		x.status = resp.StatusCode
+	}
+	return nil
+}
+
+// proxyError runs when the backend could not be reached or failed before
+// sending its headers.
+func (s *Server) proxyError(w http.ResponseWriter, r *http.Request, err error) {
+	x := r.Context().Value(exchangeKey{}).(*exchange)
+	if r.Context().Err() != nil {
+		return // the client left: nobody to answer
+	}
+	x.failed = true
+	s.cfg.Log.V(1).Info("backend failed", "backend", x.backend.Address, "err", err.Error())
+	apierror.BackendError(x.tier).Write(w)
+}
+
+func (s *Server) forward(x *exchange, r *http.Request, st *state, who identity.Identity, body []byte) {
+	be, ok := s.bal.Pick()
+	if !ok {
+		s.refuse(x, apierror.NoBackend(who.Tier))
+		return
+	}
+	defer be.Done()
+	x.backend, x.id, x.tenant = be, st.id, who.Tenant
+	out := r.WithContext(context.WithValue(r.Context(), exchangeKey{}, x))
+	if body != nil {
+		out.Body = io.NopCloser(bytes.NewReader(body))
+		out.ContentLength = int64(len(body))
+		out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+		if len(body) == 0 {
+			out.Body = http.NoBody
+		}
+	}
+	completed := false
+	defer func() {
+		if !completed {
+			s.aborted(x, r, recover())
+		}
+	}()
+	s.proxy.ServeHTTP(&x.sw, out)
+	completed = true
+	switch {
+	case x.failed:
+		s.m.Reject(x.pool, x.tier, queue.CauseBackendError)
+	case x.status == 0:
+		// The client left before the backend answered.
+		s.clientGone(x, metrics.StageInflight)
+	case x.sw.code == 0:
+		// An upgrade: the proxy hijacked the connection and wrote the
+		// backend's 101 itself.
+		x.sw.code = x.status
+	}
+}
+
+// aborted records a response the proxy cut when the copy failed, and
+// re-panics with v: the client left mid-generation (the upstream request
+// is cancelled with it) or the backend died mid-stream (the client sees a
+// cut stream).
+func (s *Server) aborted(x *exchange, r *http.Request, v any) {
+	if r.Context().Err() != nil {
+		s.clientGone(x, metrics.StageInflight)
+	} else {
+		x.sw.code = http.StatusBadGateway
+		s.cfg.Log.V(1).Info("stream aborted", "backend", x.backend.Address, "panic", fmt.Sprint(v))
+	}
+	if v != nil {
+		panic(v)
+	}
+}
+
+// forwardExempt proxies an exempt path without queueing.
+func (s *Server) forwardExempt(x *exchange, r *http.Request, st *state, who identity.Identity) {
+	if r.ContentLength > s.cfg.MaxBodyBytes {
+		s.refuse(x, apierror.BodyTooLarge(s.cfg.MaxBodyBytes))
+		return
+	}
+	r.Body = http.MaxBytesReader(x.sw.ResponseWriter, r.Body, s.cfg.MaxBodyBytes)
+	s.forward(x, r, st, who, nil)
+}
