@@ -10,7 +10,14 @@
 //     it changed (statuswrite.go). QuotaReconciler writes only the status
 //     of quotas whose tier is gone.
 //   - status.go holds pure helpers from observations to status; measured.go
-//     and apikeys.go are pure too.
+//     and apikeys.go are pure too. The desired replicas come from the
+//     dispatchers' acks through capacity.DesiredReplicas.
+//   - autoscaler.go keeps the KEDA ScaledObject of a pool with
+//     spec.autoscaling, built as unstructured so KEDA's module stays out of
+//     the build. It reads the ScaledObject only when the pool's spec
+//     changed or a resync period passed, and turns every failure (KEDA not
+//     installed included) into the AutoscalerUnavailable condition, never
+//     into an error of the reconcile.
 //   - Pusher keeps one sender goroutine per dispatcher pod (keyed by UID)
 //     while the pod is a target; senders push concurrently with a bounded
 //     timeout and exponential backoff, and report each attempt through a
