@@ -56,8 +56,15 @@ func runSimulate(args []string, stdout, stderr io.Writer) int {
 	asJSON := fs.Bool("json", false, "print one JSON object instead of tables")
 	plotPath := fs.String("plot", "", "write wait over time per tier to this PNG file")
 	fs.Var(&seed, "seed", "random seed; overrides the Load's spec.seed")
+	var compare []string
+	fs.Func("compare", "also run these schedulers on the same traffic, comma-separated: fcfs, strict, seed", func(v string) error {
+		names, err := simulate.ParseCompare(v)
+		compare = names
+		return err
+	})
+	comparePlot := fs.String("compare-plot", "", "with --compare: write goodput and waste per scheduler and the wait distribution per tier to this PNG file")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: tiergate simulate -f FILE [-f FILE]... [--json] [--plot out.png] [--seed N]")
+		fmt.Fprintln(stderr, "Usage: tiergate simulate -f FILE [-f FILE]... [--json] [--plot out.png] [--seed N] [--compare fcfs,strict,seed [--compare-plot out.png]]")
 		fmt.Fprintln(stderr, "\nRuns the pool's tiers, with the controller's bounds and the real dispatcher queue, against the Load in simulated time.")
 		fs.PrintDefaults()
 	}
@@ -69,12 +76,17 @@ func runSimulate(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 
+	if *comparePlot != "" && len(compare) == 0 {
+		fmt.Fprintln(stderr, "tiergate simulate: --compare-plot needs --compare")
+		return 2
+	}
+
 	in, err := simulate.ReadFiles(files...)
 	if err != nil {
 		fmt.Fprintf(stderr, "tiergate simulate: %v\n", err)
 		return 1
 	}
-	opts := simulate.Options{}
+	opts := simulate.Options{Compare: compare}
 	if seed.set {
 		opts.Seed = &seed.v
 	}
