@@ -95,14 +95,12 @@ func runSimulate(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "tiergate simulate: %v\n", err)
 		return 1
 	}
-	if *plotPath != "" {
-		var buf bytes.Buffer
-		if err := simulate.WritePlot(&buf, res); err != nil {
-			fmt.Fprintf(stderr, "tiergate simulate: plot: %v\n", err)
-			return 1
-		}
-		if err := os.WriteFile(*plotPath, buf.Bytes(), 0o644); err != nil {
-			fmt.Fprintf(stderr, "tiergate simulate: plot: %v\n", err)
+	for _, pl := range []struct {
+		path, flag string
+		write      func(io.Writer, *simulate.Result) error
+	}{{*plotPath, "plot", simulate.WritePlot}, {*comparePlot, "compare-plot", simulate.WriteComparePlot}} {
+		if err := writePNG(pl.path, res, pl.write); err != nil {
+			fmt.Fprintf(stderr, "tiergate simulate: %s: %v\n", pl.flag, err)
 			return 1
 		}
 	}
@@ -116,4 +114,16 @@ func runSimulate(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// writePNG renders a plot of res to path; nothing when path is empty.
+func writePNG(path string, res *simulate.Result, write func(io.Writer, *simulate.Result) error) error {
+	if path == "" {
+		return nil
+	}
+	var buf bytes.Buffer
+	if err := write(&buf, res); err != nil {
+		return err
+	}
+	return os.WriteFile(path, buf.Bytes(), 0o644)
 }

@@ -22,6 +22,7 @@ func TestSameTrafficForEveryScheduler(t *testing.T) {
 	}
 	for name, in := range inputs {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			draws := map[string]map[string][]draw{} // scheduler, tenant
 			opts := Options{Compare: Baselines, checkInvariants: true, onRequest: func(sched, tenant string, at, service time.Duration) {
 				if draws[sched] == nil {

@@ -77,7 +77,7 @@ func (e *engine) settleAll() {
 // check compares the engine's counts with every scheduler's own and
 // checks their invariants.
 func (e *engine) check(end bool) error {
-	queued := map[string]int{}
+	queued := make([]int, len(e.tierList))
 	for d, disp := range e.disp {
 		snap, err := disp.sched.Check(end)
 		if err != nil {
@@ -89,8 +89,8 @@ func (e *engine) check(end bool) error {
 		if end && snap.admitted != disp.admitted {
 			return fmt.Errorf("%w: dispatcher %d admitted %d jobs, the simulation %d", ErrInternal, d, snap.admitted, disp.admitted)
 		}
-		for name := range e.tiers {
-			queued[name] += snap.queued(name)
+		for i, ts := range e.tierList {
+			queued[i] += snap.queued(ts.name)
 		}
 		for _, ts := range e.tenants {
 			if got := snap.tenantInflight(ts.name); got != ts.at[d].inflight {
@@ -98,9 +98,9 @@ func (e *engine) check(end bool) error {
 			}
 		}
 	}
-	for name, ts := range e.tiers {
-		if queued[name] != ts.queued {
-			return fmt.Errorf("%w: at %s tier %s: the schedulers have %d queued, the simulation %d", ErrInternal, e.now, name, queued[name], ts.queued)
+	for i, ts := range e.tierList {
+		if queued[i] != ts.queued {
+			return fmt.Errorf("%w: at %s tier %s: the schedulers have %d queued, the simulation %d", ErrInternal, e.now, ts.name, queued[i], ts.queued)
 		}
 	}
 	return nil

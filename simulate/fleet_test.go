@@ -23,7 +23,7 @@ kind: Load
 spec:
   replicas: 6
   dispatchers: %d
-  duration: 10m
+  duration: 5m
   warmup: 1m
   serviceTime: {distribution: constant, mean: 6s}
   tenants:

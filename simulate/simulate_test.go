@@ -239,7 +239,7 @@ func TestNoisyNeighbour(t *testing.T) {
 // TestLittlesLaw checks mean queue length = admission rate × mean time in
 // queue, per tier, within 5%, from the simulation's own time-weighted queue
 // length (equal to the schedulers' counts at every event: runKind checks
-// it), for every scheduler. The law is about a queue in steady state:
+// it), for every scheduler; tiergate's runs also check its stated maxWait. The law is about a queue in steady state:
 // fcfs's unbounded queue under sustained overload grows for the whole run
 // and has none, so those pairs are left out (stable says which are run).
 func TestLittlesLaw(t *testing.T) {
@@ -262,7 +262,11 @@ func TestLittlesLaw(t *testing.T) {
 				continue
 			}
 			t.Run(name+"/"+kind, func(t *testing.T) {
+				t.Parallel() // the runs share only their read-only input
 				res := runKind(t, tc.in, kind, Options{})
+				if kind == SchedTiergate {
+					expectStatedMaxWait(t, res)
+				}
 				for tier, tr := range res.Tiers {
 					q := tr.Queue
 					lw := q.AdmissionRate * q.MeanTimeInQueue
