@@ -118,6 +118,10 @@ bench: ## Run the benchmarks behind docs/benchmarks.md (queue, dispatcher vs ngi
 	go test -run '^$$' -bench BenchmarkSeedHourOverload -benchmem -count $(BENCH_COUNT) ./simulate/
 	bash hack/bench-dispatcher.sh $(BENCH_COUNT)
 
+.PHONY: scheduling-doc
+scheduling-doc: ## Regenerate docs/scheduling.md and its figures from the scenarios in examples/simulate/compare
+	go test ./simulate/ -count=1 -run '^TestSchedulingDoc$$' -update
+
 ##@ Demo and image
 
 # `make demo DURATION=30s` is the short version (test/demo runs it).

@@ -56,8 +56,15 @@ func runSimulate(args []string, stdout, stderr io.Writer) int {
 	asJSON := fs.Bool("json", false, "print one JSON object instead of tables")
 	plotPath := fs.String("plot", "", "write wait over time per tier to this PNG file")
 	fs.Var(&seed, "seed", "random seed; overrides the Load's spec.seed")
+	var compare []string
+	fs.Func("compare", "also run these schedulers on the same traffic, comma-separated: fcfs, strict, seed", func(v string) error {
+		names, err := simulate.ParseCompare(v)
+		compare = names
+		return err
+	})
+	comparePlot := fs.String("compare-plot", "", "with --compare: write goodput and waste per scheduler and the wait distribution per tier to this PNG file")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: tiergate simulate -f FILE [-f FILE]... [--json] [--plot out.png] [--seed N]")
+		fmt.Fprintln(stderr, "Usage: tiergate simulate -f FILE [-f FILE]... [--json] [--plot out.png] [--seed N] [--compare fcfs,strict,seed [--compare-plot out.png]]")
 		fmt.Fprintln(stderr, "\nRuns the pool's tiers, with the controller's bounds and the real dispatcher queue, against the Load in simulated time.")
 		fs.PrintDefaults()
 	}
@@ -69,12 +76,17 @@ func runSimulate(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 
+	if *comparePlot != "" && len(compare) == 0 {
+		fmt.Fprintln(stderr, "tiergate simulate: --compare-plot needs --compare")
+		return 2
+	}
+
 	in, err := simulate.ReadFiles(files...)
 	if err != nil {
 		fmt.Fprintf(stderr, "tiergate simulate: %v\n", err)
 		return 1
 	}
-	opts := simulate.Options{}
+	opts := simulate.Options{Compare: compare}
 	if seed.set {
 		opts.Seed = &seed.v
 	}
@@ -83,14 +95,12 @@ func runSimulate(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "tiergate simulate: %v\n", err)
 		return 1
 	}
-	if *plotPath != "" {
-		var buf bytes.Buffer
-		if err := simulate.WritePlot(&buf, res); err != nil {
-			fmt.Fprintf(stderr, "tiergate simulate: plot: %v\n", err)
-			return 1
-		}
-		if err := os.WriteFile(*plotPath, buf.Bytes(), 0o644); err != nil {
-			fmt.Fprintf(stderr, "tiergate simulate: plot: %v\n", err)
+	for _, pl := range []struct {
+		path, flag string
+		write      func(io.Writer, *simulate.Result) error
+	}{{*plotPath, "plot", simulate.WritePlot}, {*comparePlot, "compare-plot", simulate.WriteComparePlot}} {
+		if err := writePNG(pl.path, res, pl.write); err != nil {
+			fmt.Fprintf(stderr, "tiergate simulate: %s: %v\n", pl.flag, err)
 			return 1
 		}
 	}
@@ -104,4 +114,16 @@ func runSimulate(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// writePNG renders a plot of res to path; nothing when path is empty.
+func writePNG(path string, res *simulate.Result, write func(io.Writer, *simulate.Result) error) error {
+	if path == "" {
+		return nil
+	}
+	var buf bytes.Buffer
+	if err := write(&buf, res); err != nil {
+		return err
+	}
+	return os.WriteFile(path, buf.Bytes(), 0o644)
 }

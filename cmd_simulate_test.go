@@ -40,6 +40,26 @@ func TestSimulateCommandErrors(t *testing.T) {
 			wantCode:   1,
 			wantStderr: "tiergate simulate: open examples/simulate/nope.yaml: no such file or directory",
 		},
+		"unknown scheduler": {
+			args:       []string{"-f", smallExample, "--compare", "fcfs,lifo"},
+			wantCode:   2,
+			wantStderr: `invalid value "fcfs,lifo" for flag -compare: scheduler "lifo" is unknown (want fcfs, strict or seed)`,
+		},
+		"no scheduler": {
+			args:       []string{"-f", smallExample, "--compare", ""},
+			wantCode:   2,
+			wantStderr: `invalid value "" for flag -compare: no scheduler named (want fcfs, strict or seed)`,
+		},
+		"scheduler twice": {
+			args:       []string{"-f", smallExample, "--compare", "seed,seed"},
+			wantCode:   2,
+			wantStderr: `invalid value "seed,seed" for flag -compare: scheduler "seed" is named twice`,
+		},
+		"compare plot without compare": {
+			args:       []string{"-f", smallExample, "--compare-plot", "x.png"},
+			wantCode:   2,
+			wantStderr: "tiergate simulate: --compare-plot needs --compare",
+		},
 		"missing Load": {
 			args:       []string{"-f", "examples/simulate/seed/pool.yaml", "-f", "examples/simulate/seed/tiers.yaml"},
 			wantCode:   1,
@@ -153,5 +173,107 @@ func TestSimulateCommandText(t *testing.T) {
 		if !strings.Contains(out, s) {
 			t.Errorf("output lacks %q:\n%s", s, out)
 		}
+	}
+}
+
+// TestSimulateCommandCompare runs examples with --compare (the scenarios of
+// docs/scheduling.md run in simulate's TestSchedulingDoc): the JSON carries
+// the same shape for tiergate and each baseline, the tables one comparison
+// per tier, and --compare-plot writes a PNG.
+func TestSimulateCommandCompare(t *testing.T) {
+	seed := func(pool, load string) []string {
+		return []string{"-f", "examples/simulate/seed/" + pool, "-f", "examples/simulate/seed/tiers.yaml", "-f", "examples/simulate/seed/quotas.yaml", "-f", load}
+	}
+	examples := map[string][]string{
+		"small":            {"-f", smallExample},
+		"premium overload": seed("pool-4m.yaml", "examples/simulate/compare/premium-overload.yaml"),
+	}
+	for name, files := range examples {
+		t.Run(name, func(t *testing.T) {
+			plot := filepath.Join(t.TempDir(), "compare.png")
+			var stdout, stderr bytes.Buffer
+			args := append(append([]string{"simulate"}, files...), "--compare", "fcfs,strict,seed", "--json", "--compare-plot", plot)
+			if code := dispatch(args, &stdout, &stderr); code != 0 {
+				t.Fatalf("exit code %d; stderr:\n%s", code, stderr.String())
+			}
+			type result struct {
+				Goodput              *float64                              `json:"goodput"`
+				WastedServiceSeconds *float64                              `json:"wastedServiceSeconds"`
+				Tiers                map[string]map[string]json.RawMessage `json:"tiers"`
+				Tenants              map[string]json.RawMessage            `json:"tenants"`
+			}
+			var doc struct {
+				result
+				Compare map[string]result `json:"compare"`
+			}
+			if err := json.Unmarshal(stdout.Bytes(), &doc); err != nil {
+				t.Fatal(err)
+			}
+			if len(doc.Compare) != 3 {
+				t.Fatalf("compare has %d entries, want fcfs, strict and seed", len(doc.Compare))
+			}
+			all := map[string]result{"tiergate": doc.result}
+			for k, v := range doc.Compare {
+				all[k] = v
+			}
+			for sched, r := range all {
+				if r.Goodput == nil || r.WastedServiceSeconds == nil {
+					t.Errorf("%s: no goodput or wastedServiceSeconds", sched)
+				}
+				if len(r.Tiers) != len(doc.Tiers) || len(r.Tenants) != len(doc.Tenants) {
+					t.Errorf("%s: %d tiers and %d tenants, tiergate %d and %d", sched, len(r.Tiers), len(r.Tenants), len(doc.Tiers), len(doc.Tenants))
+				}
+				for tier, f := range r.Tiers {
+					for _, k := range []string{"sloAttainment", "jain", "served", "wait", "queue"} {
+						if _, ok := f[k]; !ok {
+							t.Errorf("%s: tier %s has no %q", sched, tier, k)
+						}
+					}
+				}
+			}
+			expectPNG(t, plot)
+
+			stdout.Reset()
+			args = append(append([]string{"simulate"}, files...), "--compare", "fcfs,strict,seed")
+			if code := dispatch(args, &stdout, &stderr); code != 0 {
+				t.Fatalf("exit code %d; stderr:\n%s", code, stderr.String())
+			}
+			out := stdout.String()
+			for _, want := range []string{"\nGoodput ", "\nCompared on the same arrivals and service times:\n", "POOL  GOODPUT/S  WASTED SLOT-S  OF BUSY  UTILISATION\n"} {
+				if !strings.Contains(out, want) {
+					t.Errorf("the tables lack %q:\n%s", want, out)
+				}
+			}
+			for tier := range doc.Tiers {
+				head := "\nTier " + tier + " (basePriority "
+				i := strings.Index(out, head)
+				if i < 0 {
+					t.Errorf("no comparison table for tier %s", tier)
+					continue
+				}
+				lines := strings.Split(out[i+1:], "\n")
+				for j, sched := range []string{"tiergate", "fcfs", "strict", "seed"} {
+					if f := strings.Fields(lines[2+j]); len(f) == 0 || f[0] != sched {
+						t.Errorf("tier %s: row %d is %q, want %s", tier, j, lines[2+j], sched)
+					}
+				}
+			}
+		})
+	}
+}
+
+func expectPNG(t *testing.T, path string) {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	img, err := png.Decode(f)
+	if err != nil {
+		t.Fatalf("%s is not a PNG: %v", path, err)
+	}
+	if b := img.Bounds(); b.Dx() < 800 || b.Dy() < 500 {
+		t.Errorf("%s is %dx%d, want a readable size", path, b.Dx(), b.Dy())
 	}
 }

@@ -4,8 +4,12 @@ import "time"
 
 // tierState is one tier's queue length and figures.
 type tierState struct {
-	name   string
+	name string
+	// wait is the tier's tolerableWait, the SLO of sloAttainment.
+	wait   time.Duration
 	queued int
+	// sloMet counts requests offered in the window and served within wait.
+	sloMet int64
 	// area is ∫ queued dt over the window, request-seconds.
 	area       float64
 	sojournSum float64
@@ -33,7 +37,8 @@ func (e *engine) enqueued(r *request) {
 	e.count(ts, func(f *Figures) { f.Admitted++ })
 	e.admitted++
 	r.state, r.admitAt = stQueued, e.now
-	r.underLimits, r.capMark = ts.inflight < ts.limit, ts.capHits
+	ta := &ts.at[r.disp]
+	r.underLimits, r.capMark = !ta.atCap(), ta.capHits
 	tier.queued++
 	tier.res.MaxQueued = max(tier.res.MaxQueued, tier.queued)
 }
@@ -55,12 +60,30 @@ func (e *engine) recordWait(r *request, waited time.Duration) {
 		w := waited.Seconds()
 		ts.res.waits = append(ts.res.waits, w)
 		tier.res.waits = append(tier.res.waits, w)
-		if r.underLimits && ts.capHits == r.capMark {
+		if r.underLimits && ts.at[r.disp].capHits == r.capMark {
 			tier.res.UnderLimits.Count++
 			tier.underMax = max(tier.underMax, waited)
 		}
 	}
 	tier.ser.add(e.now.Seconds(), waited.Seconds())
+}
+
+// served counts a generation whose client received the answer, and
+// whether it was offered in the window and started within its tier's
+// tolerableWait of its first attempt.
+func (e *engine) served(r *request) {
+	e.count(r.ten, func(f *Figures) { f.Served++ })
+	if tier := r.ten.tier; r.arrived >= e.warmup && r.dispatchAt-r.arrived <= tier.wait {
+		tier.sloMet++
+	}
+}
+
+// waste counts the slot-seconds of [from, to] inside the window as spent
+// for a client that was gone, or left before its answer came.
+func (e *engine) waste(from, to time.Duration) {
+	if d := min(to, e.duration) - max(from, e.warmup); d > 0 {
+		e.wasted += d.Seconds()
+	}
 }
 
 // integrate adds the part of [lastT, t] inside the window to the
@@ -72,8 +95,10 @@ func (e *engine) integrate(t time.Duration) {
 		e.inflightArea += float64(e.inflight) * dt
 		// After a scale-down, slots still busy count as capacity until
 		// they free.
-		e.slotsArea += float64(max(e.slots, e.inflight)) * dt
-		for _, ts := range e.tiers {
+		for _, d := range e.disp {
+			e.slotsArea += float64(max(d.slots, d.inflight)) * dt
+		}
+		for _, ts := range e.tierList {
 			ts.area += float64(ts.queued) * dt
 		}
 	}
@@ -97,10 +122,16 @@ func (e *engine) finish() *Result {
 		}
 		return round6(float64(n) / float64(served))
 	}
+	res.Goodput = round6(float64(served) / window)
+	res.busySlotSeconds = e.inflightArea
+	res.WastedServiceSeconds = round6(e.wasted)
 	for _, ts := range e.tiers {
 		tr := ts.res
 		tr.finish(window)
 		tr.ThroughputShare = share(tr.Served)
+		if tr.Offered > 0 {
+			tr.SLOAttainment = round6(float64(ts.sloMet) / float64(tr.Offered))
+		}
 		tr.UnderLimits.MaxWait = round6(ts.underMax.Seconds())
 		tr.UnderLimits.WithinMaxWait = ts.underMax <= maxWaitOf(e.first, ts.name)
 		tr.Queue.MeanLength = round6(ts.area / window)
@@ -109,10 +140,34 @@ func (e *engine) finish() *Result {
 			tr.Queue.MeanTimeInQueue = round6(ts.sojournSum / float64(ts.sojournN))
 		}
 	}
+	thru := map[string][]float64{}
 	for _, ts := range e.tenants {
 		ts.res.finish(window)
 		ts.res.ThroughputShare = share(ts.res.Served)
+		thru[ts.tier.name] = append(thru[ts.tier.name], ts.res.Throughput)
 	}
-	res.Warnings = append(res.Warnings, e.warnings()...)
+	for name, tr := range res.Tiers {
+		tr.Jain = round6(jain(thru[name]))
+	}
+	if e.kind.name == SchedTiergate {
+		res.Warnings = append(res.Warnings, e.warnings()...)
+	} else {
+		// The configuration's warnings are tiergate's result's.
+		res.Warnings = []string{}
+	}
 	return res
+}
+
+// jain is Jain's fairness index (Σx)² / (n Σx²): 1 when all are equal, 1/n
+// when one has everything; 0 when all are 0 (undefined) or there are none.
+func jain(xs []float64) float64 {
+	var sum, sq float64
+	for _, x := range xs {
+		sum += x
+		sq += x * x
+	}
+	if sq == 0 {
+		return 0
+	}
+	return sum * sum / (float64(len(xs)) * sq)
 }

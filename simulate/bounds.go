@@ -8,16 +8,20 @@ import (
 	"github.com/tiergate/tiergate/dispatcher/policy"
 )
 
-// policyState is the policy the scheduler runs with.
+// policyState is the policy the dispatchers run with.
 type policyState struct {
 	first   capacity.Bounds // at the Load's replicas
 	version int64
-	slots   int
+	// slots is the pool's, over every dispatcher.
+	slots int
+	// stated is what the run's scheduler enforces pool-wide at the Load's
+	// replicas: the figures' bound and limits.
+	stated enforced
 }
 
-// computeBounds runs the controller's computation for one dispatcher in
-// Local mode.
-func (e *engine) computeBounds(replicas int32) (capacity.Bounds, error) {
+// computeBounds runs the controller's computation for the given number of
+// dispatchers.
+func (e *engine) computeBounds(replicas int32, dispatchers int) (capacity.Bounds, error) {
 	backends := make([]policy.Backend, replicas)
 	port := e.in.Pool.Spec.Backend.Port
 	if port == 0 {
@@ -31,7 +35,7 @@ func (e *engine) computeBounds(replicas int32) (capacity.Bounds, error) {
 		ReadyReplicas: replicas,
 		Tiers:         e.in.Tiers,
 		Quotas:        e.in.Quotas,
-		Dispatchers:   1,
+		Dispatchers:   dispatchers,
 		Backends:      backends,
 	})
 	if err != nil {
@@ -47,7 +51,7 @@ func (e *engine) computeBounds(replicas int32) (capacity.Bounds, error) {
 // new replica count and pushed.
 func (e *engine) changeReplicas(i int32) {
 	r := e.load.ReplicaChanges[i].Replicas
-	b, err := e.computeBounds(r)
+	b, err := e.computeBounds(r, len(e.disp))
 	if err != nil {
 		e.fail(err)
 		return
@@ -56,54 +60,58 @@ func (e *engine) changeReplicas(i int32) {
 		e.fail(err)
 		return
 	}
-	e.settle()
+	e.settleAll()
 }
 
-// applyPolicy pushes b's policy to the scheduler, as the controller would.
+// applyPolicy pushes each dispatcher its policy of b, as the controller
+// would, and notes what the scheduler enforces under it.
 func (e *engine) applyPolicy(b capacity.Bounds, replicas int32) error {
-	pol := b.PolicyFor(0)
 	e.version++
-	pol.Version = e.version
-	if err := pol.Validate(); err != nil {
-		return fmt.Errorf("%w: the computed policy is invalid: %w", ErrInternal, err)
+	e.slots = 0
+	for d, disp := range e.disp {
+		pol := b.PolicyFor(d)
+		pol.Version = e.version
+		if err := pol.Validate(); err != nil {
+			return fmt.Errorf("%w: the computed policy is invalid: %w", ErrInternal, err)
+		}
+		disp.sched.UpdatePolicy(&pol)
+		disp.slots = pol.Slots
+		e.slots += pol.Slots
+		e.setLimits(d, e.kind.limits(&pol, e.env))
 	}
-	e.sched.UpdatePolicy(&pol)
-	e.slots = pol.Slots
-	e.setLimits(&pol)
-	if e.version > 1 {
-		e.recordPolicyChange(&pol, replicas)
+	whole := b
+	if len(e.disp) > 1 {
+		var err error
+		if whole, err = e.computeBounds(replicas, 1); err != nil {
+			return err
+		}
+	}
+	wp := whole.PolicyFor(0)
+	stated := e.kind.limits(&wp, e.env)
+	if e.version == 1 {
+		e.stated = stated
+	} else {
+		e.recordPolicyChange(replicas, stated)
 	}
 	return nil
 }
 
-// setLimits gives every tenant the limits of pol. A tenant already at its
-// new limit counts as having reached it.
-func (e *engine) setLimits(pol *policy.Policy) {
-	tiers := map[string]policy.Tier{}
-	for _, t := range pol.Tiers {
-		tiers[t.Name] = t
-	}
-	override := map[string]int{}
-	for _, t := range pol.Tenants {
-		override[t.ID] = t.MaxConcurrency
-	}
+// setLimits gives every tenant its cap on dispatcher d. A tenant already
+// at its new cap counts as having reached it.
+func (e *engine) setLimits(d int, lim enforced) {
 	for _, ts := range e.tenants {
-		t := tiers[ts.tier.name]
-		ts.limit = t.TenantConcurrencyLimit
-		if o := override[ts.name]; o > 0 {
-			ts.limit = o
-		}
-		ts.queueLimit = t.TenantQueueLimit
-		if ts.inflight >= ts.limit {
-			ts.capHits++
+		ta := &ts.at[d]
+		ta.limit = lim.capOf(ts.name, ts.tier.name)
+		if ta.atCap() {
+			ta.capHits++
 		}
 	}
 }
 
-func (e *engine) recordPolicyChange(pol *policy.Policy, replicas int32) {
-	pc := PolicyChange{AtSeconds: round6(e.now.Seconds()), Replicas: replicas, Slots: pol.Slots, Bounds: map[string]int{}}
-	for _, t := range pol.Tiers {
-		pc.Bounds[t.Name] = t.QueueBound
+func (e *engine) recordPolicyChange(replicas int32, stated enforced) {
+	pc := PolicyChange{AtSeconds: round6(e.now.Seconds()), Replicas: replicas, Slots: e.slots, Bounds: map[string]int{}}
+	for _, name := range e.res.order {
+		pc.Bounds[name] = stated.tiers[name].bound
 	}
 	e.res.PolicyChanges = append(e.res.PolicyChanges, pc)
 }

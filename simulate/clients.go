@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tiergate/tiergate/dispatcher/queue"
+	"github.com/tiergate/tiergate/internal/baseline"
 )
 
 // tenantState is one Load tenant: its clients, its limits in force and its
@@ -15,13 +16,11 @@ type tenantState struct {
 	cfg  *TenantLoad
 	name string
 	tier *tierState
-	// rng draws the tenant's arrivals and service times.
-	rng        *rand.Rand
-	limit      int
-	queueLimit int
-	inflight   int
-	// capHits counts the times the tenant reached its limit.
-	capHits    uint64
+	// rng draws the tenant's arrivals (and think times); svc its service
+	// times (rng itself for an open-loop tenant).
+	rng, svc *rand.Rand
+	// at is the tenant on each dispatcher.
+	at         []tenantAt
 	maxRetries int
 	burstStart time.Duration
 	res        *TenantResult
@@ -36,7 +35,8 @@ const (
 	stDone
 )
 
-// request is one client request, over all its attempts.
+// request is one client request, over all its attempts. state is the
+// request's in the dispatcher; its client may have left before (gone).
 type request struct {
 	id      uint64
 	ten     *tenantState
@@ -44,9 +44,18 @@ type request struct {
 	attempt int32
 	retries int
 	state   reqState
-	admitAt time.Duration
-	// ticket is the scheduler's handle on the admitted request.
+	// gone: the client left before its answer came, but the scheduler did
+	// not notice, so the request is still queued or running.
+	gone bool
+	// disp is the dispatcher of the current attempt.
+	disp int
+	// arrived is the first attempt's time; admitAt the current one's
+	// admission; dispatchAt the start of its generation.
+	arrived, admitAt, dispatchAt time.Duration
+	// ticket is the queue's handle on the admitted request; job a
+	// baseline's.
 	ticket queueTicket
+	job    baseline.Job[*request]
 	// underLimits: the tenant was under its concurrency limit when the
 	// request was admitted; capMark is its capHits then.
 	underLimits bool
@@ -112,26 +121,32 @@ func (e *engine) think(ts *tenantState) time.Duration {
 
 func (e *engine) newRequest(ts *tenantState) {
 	e.nextID++
-	r := &request{id: e.nextID, ten: ts, service: e.sampler.draw(ts.rng)}
+	r := &request{id: e.nextID, ten: ts, service: e.sampler.draw(ts.svc), arrived: e.now}
+	if e.opts.onRequest != nil {
+		e.opts.onRequest(e.kind.name, ts.name, e.now, r.service)
+	}
 	e.count(ts, func(f *Figures) { f.Offered++ })
 	e.attempt(r)
 }
 
-// attempt sends the request (again) to the scheduler.
+// attempt sends the request (again) to the next dispatcher.
 func (e *engine) attempt(r *request) {
 	r.attempt++
 	if r.retries > 0 {
 		e.count(r.ten, func(f *Figures) { f.Retries++ })
 	}
-	if err := e.sched.Admit(r); err != nil {
+	r.disp = e.pick()
+	d := e.disp[r.disp]
+	if err := d.sched.Admit(r); err != nil {
 		e.refused(r, err)
 		return
 	}
+	d.admitted++
 	e.enqueued(r)
 	if to := r.ten.cfg.Timeout.Duration; to > 0 {
 		e.push(event{at: e.now + to, kind: evTimeout, req: r, attempt: r.attempt})
 	}
-	e.settle()
+	e.settle(r.disp)
 }
 
 // refused counts a refused attempt. A 429 is sent again after its
@@ -163,39 +178,61 @@ func (e *engine) refused(r *request, err error) {
 	e.finalOutcome(r, backoff)
 }
 
-// giveUp is the client's own timeout: a queued request is withdrawn (the
-// dispatcher sees the disconnect), an in-flight one is cancelled upstream
-// and its slot freed.
+// giveUp is the client's own timeout. A scheduler that watches its
+// clients withdraws a queued request and cancels a running one, freeing
+// its slot; one that does not keeps the request and computes it in full
+// for nobody.
 func (e *engine) giveUp(r *request) {
-	switch r.state {
-	case stQueued:
-		o, err := e.sched.Withdraw(r)
+	if r.state != stQueued && r.state != stInFlight {
+		return
+	}
+	sched := e.disp[r.disp].sched
+	if !sched.WatchesClients() {
+		e.count(r.ten, func(f *Figures) {
+			f.Abandoned++
+			if r.state == stInFlight {
+				f.AbandonedInFlight++
+			}
+		})
+		if r.state == stInFlight {
+			e.waste(r.dispatchAt, r.dispatchAt+r.service)
+		}
+		r.gone = true
+		e.clientLeaves(r, 0)
+		return
+	}
+	if r.state == stQueued {
+		o, err := sched.Withdraw(r)
 		if err != nil {
 			e.fail(err)
 			return
 		}
 		e.resolve(o)
 		if r.state != stInFlight {
-			e.settle()
+			e.settle(r.disp)
 			return
 		}
-		fallthrough
-	case stInFlight:
-		e.count(r.ten, func(f *Figures) {
-			f.Abandoned++
-			f.AbandonedInFlight++
-		})
-		e.release(r)
-		e.finalOutcome(r, 0)
-		e.settle()
 	}
+	e.count(r.ten, func(f *Figures) {
+		f.Abandoned++
+		f.AbandonedInFlight++
+	})
+	e.waste(r.dispatchAt, e.now)
+	e.release(r)
+	e.finalOutcome(r, 0)
+	e.settle(r.disp)
 }
 
-// finalOutcome ends the request. A closed-loop client then waits backoff
-// (the Retry-After of a final refusal: no client sends again before it),
-// thinks, and sends its next request.
+// finalOutcome ends the request, for the dispatcher and its client.
 func (e *engine) finalOutcome(r *request, backoff time.Duration) {
 	r.state = stDone
+	e.clientLeaves(r, backoff)
+}
+
+// clientLeaves is the end of the request for its client. A closed-loop
+// client then waits backoff (the Retry-After of a final refusal: no client
+// sends again before it), thinks, and sends its next request.
+func (e *engine) clientLeaves(r *request, backoff time.Duration) {
 	if r.ten.cfg.Arrival.Process == ProcClosed {
 		if at := e.think(r.ten) + backoff; at < e.duration {
 			e.push(event{at: at, kind: evClosed, ten: r.ten})

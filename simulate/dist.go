@@ -18,6 +18,15 @@ func newRand(seed uint64, name string) *rand.Rand {
 	return rand.New(rand.NewPCG(seed, h.Sum64()))
 }
 
+// newServiceRand is the stream of a closed-loop tenant's service times,
+// apart from its think times.
+func newServiceRand(seed uint64, name string) *rand.Rand {
+	h := fnv.New64a()
+	_, _ = h.Write([]byte("service\x00"))
+	_, _ = h.Write([]byte(name))
+	return rand.New(rand.NewPCG(seed, h.Sum64()))
+}
+
 // sampler draws service times.
 type sampler struct {
 	dist string

@@ -1,7 +1,6 @@
 package simulate
 
 import (
-	"container/heap"
 	"errors"
 	"fmt"
 	"time"
@@ -22,11 +21,16 @@ type Options struct {
 	// PlotBuckets is the number of time buckets of the wait-over-time
 	// series (default 120).
 	PlotBuckets int
+	// Compare names baselines (Baselines) to run on the same traffic after
+	// tiergate; their results go to Result.Compare (--compare).
+	Compare []string
 
 	// checkInvariants compares the simulator's own counts with the
-	// scheduler's after every event and checks the scheduler's invariants
-	// (tests).
+	// schedulers' after every event and checks their invariants (tests).
 	checkInvariants bool
+	// onRequest, when set, sees every new request: its tenant, arrival
+	// time and service time (tests).
+	onRequest func(sched, tenant string, at, service time.Duration)
 }
 
 func (o *Options) defaults() {
@@ -39,7 +43,7 @@ func (o *Options) validate() error {
 	if o.PlotBuckets < 1 {
 		return fmt.Errorf("%w: PlotBuckets must be at least 1, got %d", ErrInvalid, o.PlotBuckets)
 	}
-	return nil
+	return checkCompare(o.Compare)
 }
 
 // epoch is the fake clock's start; any fixed instant keeps runs identical.
@@ -72,33 +76,71 @@ type event struct {
 	ten *tenantState
 }
 
+// eventHeap is a binary min-heap of events by (at, seq). It is typed
+// rather than a container/heap so that pushing an event does not box it.
 type eventHeap []event
 
 func (h eventHeap) Len() int { return len(h) }
-func (h eventHeap) Less(i, j int) bool {
+
+func (h eventHeap) less(i, j int) bool {
 	if h[i].at != h[j].at {
 		return h[i].at < h[j].at
 	}
 	return h[i].seq < h[j].seq
 }
-func (h eventHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
-func (h *eventHeap) Push(x any)   { *h = append(*h, x.(event)) }
-func (h *eventHeap) Pop() any {
-	old := *h
-	e := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return e
+
+func (h *eventHeap) push(ev event) {
+	*h = append(*h, ev)
+	s := *h
+	for i := len(s) - 1; i > 0; {
+		p := (i - 1) / 2
+		if !s.less(i, p) {
+			break
+		}
+		s[i], s[p] = s[p], s[i]
+		i = p
+	}
+}
+
+func (h *eventHeap) pop() event {
+	s := *h
+	top := s[0]
+	n := len(s) - 1
+	s[0] = s[n]
+	s[n] = event{}
+	s = s[:n]
+	for i := 0; ; {
+		l, small := 2*i+1, i
+		if l < n && s.less(l, small) {
+			small = l
+		}
+		if r := l + 1; r < n && s.less(r, small) {
+			small = r
+		}
+		if small == i {
+			break
+		}
+		s[i], s[small] = s[small], s[i]
+		i = small
+	}
+	*h = s
+	return top
 }
 
 // engine is one run: the event loop over simulated time, the clients that
-// send requests, the scheduler that queues them and the figures.
+// send requests, the dispatchers whose schedulers queue them, and the
+// figures.
 type engine struct {
-	in       *Input
-	load     *LoadSpec
-	opts     Options
-	seed     uint64
-	clk      *clocktesting.FakeClock
-	sched    scheduler
+	in   *Input
+	load *LoadSpec
+	opts Options
+	kind *schedKind
+	seed uint64
+	clk  *clocktesting.FakeClock
+	env  *schedEnv
+	disp []*dispatcher
+	// rr is the round-robin position of the next attempt.
+	rr       int
 	now      time.Duration
 	warmup   time.Duration
 	duration time.Duration
@@ -107,9 +149,12 @@ type engine struct {
 	nextID   uint64
 	sampler  sampler
 
-	tiers   map[string]*tierState
-	tenants []*tenantState
+	tiers map[string]*tierState
+	// tierList is tiers in base-priority order.
+	tierList []*tierState
+	tenants  []*tenantState
 	policyState
+	// inflight is the pool's, over every dispatcher.
 	inflight int
 	// admitted counts successful admissions over the whole run.
 	admitted uint64
@@ -118,13 +163,17 @@ type engine struct {
 	lastT        time.Duration
 	inflightArea float64
 	slotsArea    float64
+	// wasted is slot-seconds, in the window, of generations whose client
+	// had left or left before the answer came.
+	wasted float64
 
 	res *Result
 	err error
 }
 
-// Run simulates in and returns what it measured. It is single-threaded and
-// deterministic: the same input and seed give the same Result.
+// Run simulates in and returns what it measured: tiergate's run, and one
+// per Options.Compare baseline on the same traffic. It is single-threaded
+// and deterministic: the same input and seed give the same Result.
 func Run(in *Input, opts Options) (*Result, error) {
 	opts.defaults()
 	if err := opts.validate(); err != nil {
@@ -133,17 +182,39 @@ func Run(in *Input, opts Options) (*Result, error) {
 	if in == nil || in.Pool == nil || in.Load == nil {
 		return nil, fmt.Errorf("%w: input needs a ModelPool and a Load", ErrInvalid)
 	}
-	e := newEngine(in, opts)
+	res, err := runOne(in, opts, kinds[SchedTiergate])
+	if err != nil {
+		return nil, err
+	}
+	for _, name := range opts.Compare {
+		other, err := runOne(in, opts, kinds[name])
+		if err != nil {
+			return nil, fmt.Errorf("--compare %s: %w", name, err)
+		}
+		if res.Compare == nil {
+			res.Compare = map[string]*Result{}
+		}
+		res.Compare[name] = other
+		res.compareOrder = append(res.compareOrder, name)
+	}
+	return res, nil
+}
+
+// runOne simulates in with one kind of scheduler.
+func runOne(in *Input, opts Options, kind *schedKind) (*Result, error) {
+	e := newEngine(in, opts, kind)
 	if err := e.setup(); err != nil {
 		return nil, err
 	}
-	log := opts.Log.WithValues("pool", e.res.Pool, "seed", e.seed)
-	log.V(1).Info("simulating", "duration", e.duration, "warmup", e.warmup, "tenants", len(e.tenants), "slots", e.slots)
+	log := opts.Log.WithValues("pool", e.res.Pool, "seed", e.seed, "scheduler", kind.name)
+	log.V(1).Info("simulating", "duration", e.duration, "warmup", e.warmup, "tenants", len(e.tenants), "dispatchers", len(e.disp), "slots", e.slots)
 	e.loop()
 	if e.opts.checkInvariants && e.err == nil {
-		e.fail(e.sched.Verify(e, true))
+		e.fail(e.check(true))
 	}
-	e.fail(e.sched.Close())
+	for _, d := range e.disp {
+		e.fail(d.sched.Close())
+	}
 	log.V(1).Info("simulated", "events", e.seq, "requests", e.nextID, "policyChanges", len(e.res.PolicyChanges))
 	if e.err != nil {
 		return nil, e.err
@@ -154,7 +225,7 @@ func Run(in *Input, opts Options) (*Result, error) {
 func (e *engine) push(ev event) {
 	ev.seq = e.seq
 	e.seq++
-	heap.Push(&e.events, ev)
+	e.events.push(ev)
 }
 
 // fail keeps the first error of the run; nil is ignored.
@@ -171,30 +242,35 @@ func (e *engine) loop() {
 		if e.expireDue() {
 			continue
 		}
-		ev := heap.Pop(&e.events).(event)
+		ev := e.events.pop()
 		e.advance(ev.at)
 		if ev.kind == evEnd {
 			return
 		}
 		e.handle(ev)
 		if e.opts.checkInvariants {
-			e.fail(e.sched.Verify(e, false))
+			e.fail(e.check(false))
 		}
 	}
 }
 
-// expireDue steps to the scheduler's next expiry when it comes before the
-// next event. Queued requests expire at exactly their deadline, before any
-// other event of the same instant; the scheduler expires them
+// expireDue steps to the earliest expiry of any dispatcher when it comes
+// before the next event. Queued requests expire at exactly their deadline,
+// before any other event of the same instant; the scheduler expires them
 // synchronously (the queue's own timer would do it on a goroutine).
 func (e *engine) expireDue() bool {
-	dl, ok := e.sched.NextDeadline()
-	if !ok || dl > e.events[0].at {
+	first, at := -1, time.Duration(0)
+	for i, d := range e.disp {
+		if dl, ok := d.sched.NextDeadline(); ok && (first < 0 || dl < at) {
+			first, at = i, dl
+		}
+	}
+	if first < 0 || at > e.events[0].at {
 		return false
 	}
-	e.advance(max(dl, e.now))
-	e.sched.ExpireDue()
-	e.settle()
+	e.advance(max(at, e.now))
+	e.disp[first].sched.ExpireDue()
+	e.settle(first)
 	return true
 }
 

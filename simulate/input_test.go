@@ -165,6 +165,26 @@ spec:
 			wantErr: ErrInvalid,
 			wantMsg: `load.yaml: document 1 (Load): invalid: spec.tenants: must list at least one tenant`,
 		},
+		"no dispatchers": {
+			srcs:    []Source{src("load.yaml", strings.Replace(loadDoc, "  duration: 1m\n", "  duration: 1m\n  dispatchers: 0\n", 1))},
+			wantErr: ErrInvalid,
+			wantMsg: `load.yaml: document 1 (Load): invalid: spec.dispatchers: must be between 1 and 1000, got 0`,
+		},
+		"negative dispatchers": {
+			srcs:    []Source{src("load.yaml", strings.Replace(loadDoc, "  duration: 1m\n", "  duration: 1m\n  dispatchers: -3\n", 1))},
+			wantErr: ErrInvalid,
+			wantMsg: `load.yaml: document 1 (Load): invalid: spec.dispatchers: must be between 1 and 1000, got -3`,
+		},
+		"too many dispatchers": {
+			srcs:    []Source{src("load.yaml", strings.Replace(loadDoc, "  duration: 1m\n", "  duration: 1m\n  dispatchers: 1001\n", 1))},
+			wantErr: ErrInvalid,
+			wantMsg: `load.yaml: document 1 (Load): invalid: spec.dispatchers: must be between 1 and 1000, got 1001`,
+		},
+		"dispatchers not a number": {
+			srcs:    []Source{src("load.yaml", strings.Replace(loadDoc, "  duration: 1m\n", "  duration: 1m\n  dispatchers: two\n", 1))},
+			wantErr: ErrSyntax,
+			wantMsg: `load.yaml: document 1 (Load): malformed document: json: cannot unmarshal string into Go struct field LoadSpec.spec.dispatchers of type int32`,
+		},
 		"bad duration syntax": {
 			srcs:    []Source{src("load.yaml", strings.Replace(loadDoc, "duration: 1m", "duration: soon", 1))},
 			wantErr: ErrSyntax,

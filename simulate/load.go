@@ -57,6 +57,22 @@ type LoadSpec struct {
 	ServiceTime *ServiceTimeSpec `json:"serviceTime,omitempty"`
 	// Tenants and their traffic.
 	Tenants []TenantLoad `json:"tenants"`
+	// Dispatchers is how many dispatcher pods share the pool (default 1).
+	// In Local mode each gets its slice, as the controller splits it, and
+	// attempts go to them round-robin; in Redis mode they act as one.
+	Dispatchers *int32 `json:"dispatchers,omitempty"`
+}
+
+// MaxDispatchers bounds Load.spec.dispatchers: the simulator keeps state
+// per tenant and dispatcher.
+const MaxDispatchers = 1000
+
+// dispatchers is spec.dispatchers, 1 when unset.
+func (s *LoadSpec) dispatchers() int {
+	if s.Dispatchers == nil {
+		return 1
+	}
+	return int(*s.Dispatchers)
 }
 
 // ReplicaChange sets the ready replica count at a time.
@@ -117,6 +133,9 @@ func (s *LoadSpec) validate() error {
 	}
 	if s.Replicas < 1 {
 		bad("replicas", "must be at least 1, got %d", s.Replicas)
+	}
+	if n := s.Dispatchers; n != nil && (*n < 1 || *n > MaxDispatchers) {
+		bad("dispatchers", "must be between 1 and %d, got %d", MaxDispatchers, *n)
 	}
 	d := s.Duration.Duration
 	if d <= 0 {

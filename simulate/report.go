@@ -58,6 +58,10 @@ func (e *engine) warnings() []string {
 	if pool.ServiceTimeSource == v1alpha1.ServiceTimeMeasured {
 		out = append(out, "serviceTime.source is Measured: the simulator keeps the declared mean (it does not model the controller's measurement loop)")
 	}
+	if idle := e.idleDispatchers(); idle > 0 {
+		out = append(out, fmt.Sprintf("Load spec.dispatchers %d exceeds the pool's %d slots: %d of the dispatchers get no slot and refuse every request sent to them with 503 unavailable",
+			len(e.first.Policies), pool.Concurrency, idle))
+	}
 	for i, c := range e.load.ReplicaChanges {
 		if c.Replicas == 0 {
 			out = append(out, fmt.Sprintf("replicaChanges[%d]: the pool scales to 0 at %s: requests are refused with 503 unavailable until it scales up", i, c.At.Duration))
@@ -82,14 +86,17 @@ func WriteText(w io.Writer, r *Result) error {
 	}
 	fmt.Fprintf(w, "Pool %s: %d replicas, %d slots, service time %s, μ %g req/s, ageing %s per point (horizon %s), clientTimeout %s\n",
 		r.Pool, p.Replicas, p.Slots, fmtSecs(p.ServiceTimeSeconds), p.ServiceRate, fmtSecs(p.AgeingRateSeconds), fmtSecs(p.AgeingHorizonSeconds), ct)
-	fmt.Fprintf(w, "Simulated %s with seed %d; the first %s are warm-up, figures cover the remaining %s. Utilisation %.1f%%.\n\n",
+	fmt.Fprintf(w, "Simulated %s with seed %d; the first %s are warm-up, figures cover the remaining %s. Utilisation %.1f%%.\n",
 		fmtSecs(r.SimulatedSeconds), r.Seed, fmtSecs(r.WarmupSeconds), fmtSecs(r.MeasuredSeconds), 100*r.Utilisation)
+	fmt.Fprintf(w, "Goodput %.3f req/s (answers received); wasted service %.1f slot-seconds (generations for clients that had left).\n\n",
+		r.Goodput, r.WastedServiceSeconds)
 
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	head := "OFFERED\tREQ/S\tRETRIES\tADMITTED\tSERVED\tTHRU/S\tSHARE\tEXPIRED\tABANDONED\tREF cap\tREF tenant\tREF 503\tWAIT mean\tp50\tp95\tp99\tmax\t"
-	fmt.Fprintln(tw, "TIER\t"+head)
+	fmt.Fprintln(tw, "TIER\t"+head+"SLO\tJAIN\t")
 	for _, name := range r.tierOrder() {
-		fmt.Fprintf(tw, "%s\t%s\n", name, figuresRow(&r.Tiers[name].Figures))
+		t := r.Tiers[name]
+		fmt.Fprintf(tw, "%s\t%s%.1f%%\t%.3f\t\n", name, figuresRow(&t.Figures), 100*t.SLOAttainment, t.Jain)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -126,6 +133,20 @@ func WriteText(w io.Writer, r *Result) error {
 		return err
 	}
 
+	writePolicyChanges(w, r)
+	if err := WriteComparison(w, r); err != nil {
+		return err
+	}
+	if len(r.Warnings) > 0 {
+		fmt.Fprintln(w)
+		for _, s := range r.Warnings {
+			fmt.Fprintf(w, "WARNING: %s\n", s)
+		}
+	}
+	return nil
+}
+
+func writePolicyChanges(w io.Writer, r *Result) {
 	if len(r.PolicyChanges) > 0 {
 		fmt.Fprintln(w, "\nPolicy changes:")
 		for _, c := range r.PolicyChanges {
@@ -136,13 +157,6 @@ func WriteText(w io.Writer, r *Result) error {
 			fmt.Fprintf(w, "  at %s: %d replicas, %d slots, bounds %s\n", fmtSecs(c.AtSeconds), c.Replicas, c.Slots, strings.Join(bs, ", "))
 		}
 	}
-	if len(r.Warnings) > 0 {
-		fmt.Fprintln(w)
-		for _, s := range r.Warnings {
-			fmt.Fprintf(w, "WARNING: %s\n", s)
-		}
-	}
-	return nil
 }
 
 func figuresRow(f *Figures) string {

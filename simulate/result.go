@@ -3,6 +3,7 @@ package simulate
 import (
 	"math"
 	"slices"
+	"time"
 )
 
 // Result is what a run measured, after warm-up. It is also the --json
@@ -19,6 +20,13 @@ type Result struct {
 	// (after a scale-down, busy slots above the new count are counted as
 	// slots until they free).
 	Utilisation float64 `json:"utilisation"`
+	// Goodput is answers received per measured second: generations that
+	// completed, in the window, before their client left.
+	Goodput float64 `json:"goodput"`
+	// WastedServiceSeconds is slot-seconds, in the window, spent on
+	// generations whose client had already left or left before the answer
+	// came.
+	WastedServiceSeconds float64 `json:"wastedServiceSeconds"`
 	// Policy is the pool-wide computation at the Load's initial replicas.
 	Policy PolicySummary `json:"policy"`
 	// PolicyChanges are the recomputations after replica changes.
@@ -26,11 +34,18 @@ type Result struct {
 	Tiers         map[string]*TierResult   `json:"tiers"`
 	Tenants       map[string]*TenantResult `json:"tenants"`
 	Warnings      []string                 `json:"warnings"`
+	// Compare holds the --compare baselines' results on the same traffic,
+	// by scheduler name; each has this shape, without Compare.
+	Compare map[string]*Result `json:"compare,omitempty"`
 
 	// series is wait over time per tier, for --plot.
 	series map[string]*series
 	// order lists the tiers by base priority.
 	order []string
+	// compareOrder lists Compare's names as --compare gave them.
+	compareOrder []string
+	// busySlotSeconds is in-flight integrated over the window.
+	busySlotSeconds float64
 }
 
 // PolicySummary is the controller's computation for the pool.
@@ -123,6 +138,16 @@ type TierResult struct {
 	UnderLimits UnderLimits `json:"underLimits"`
 	// Queue holds the Little's-law figures.
 	Queue QueueFigures `json:"queue"`
+	// SLOAttainment is the share of the requests offered in the window
+	// whose client received the answer and whose generation started within
+	// tolerableWait of their first attempt.
+	SLOAttainment float64 `json:"sloAttainment"`
+	// Jain is Jain's fairness index over the throughput of the tier's Load
+	// tenants (0 when none was served).
+	Jain float64 `json:"jain"`
+
+	// tolerableWait is the tier's W, the bound of SLOAttainment.
+	tolerableWait time.Duration
 }
 
 // UnderLimits is the observed side of the guarantee.

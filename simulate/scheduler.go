@@ -3,11 +3,14 @@ package simulate
 import (
 	"time"
 
+	clocktesting "k8s.io/utils/clock/testing"
+
 	"github.com/tiergate/tiergate/dispatcher/policy"
 )
 
 // scheduler is what the engine sends requests through: the real dispatcher
-// queue (queueScheduler), and any other scheduler a run is compared with.
+// queue (queueScheduler), or a baseline it is compared with
+// (baselineScheduler). A run has one per simulated dispatcher.
 //
 // The engine calls it from one goroutine, at the simulated time of the
 // clock the scheduler was built with. A request the scheduler admits leaves
@@ -24,6 +27,11 @@ type scheduler interface {
 	// Outcomes returns, in request order, the requests that left the queue
 	// since the last call. The slice is valid until the next call.
 	Outcomes() ([]outcome, error)
+	// WatchesClients is true when a client that leaves is noticed: its
+	// queued request is withdrawn (Withdraw) and its generation cancelled.
+	// When false, the request stays queued and is computed in full when
+	// its turn comes.
+	WatchesClients() bool
 	// Withdraw is r's client disconnecting while r is queued. It returns
 	// r's outcome: withdrawn, or dispatched if dispatch won the race.
 	Withdraw(r *request) (outcome, error)
@@ -35,10 +43,10 @@ type scheduler interface {
 	NextDeadline() (time.Duration, bool)
 	// ExpireDue expires every queued request whose deadline has come.
 	ExpireDue()
-	// Verify compares the engine's counts with the scheduler's own and
-	// checks the scheduler's invariants: after an event, or at the end of
-	// the run (end). Only tests turn it on.
-	Verify(e *engine, end bool) error
+	// Check checks the scheduler's own invariants and returns its counts,
+	// which the engine compares with its own: after an event, or at the
+	// end of the run (end). Only tests turn it on.
+	Check(end bool) (snapshot, error)
 	// Close ends every request still queued, so that nothing outlives the
 	// run.
 	Close() error
@@ -54,4 +62,70 @@ type outcome struct {
 	// waited is enqueue to dispatch, as the scheduler measured it; set
 	// when the request was dispatched.
 	waited time.Duration
+}
+
+// snapshot is a scheduler's own count of its requests.
+type snapshot struct {
+	inflight int
+	// admitted counts every admission of the run.
+	admitted       uint64
+	queued         func(tier string) int
+	tenantInflight func(tenant string) int
+}
+
+// schedEnv is what every scheduler of a run may know beyond its policy:
+// the pool's tiers (with their tenantShare, which a policy does not
+// carry) and declared service time.
+type schedEnv struct {
+	clk *clocktesting.FakeClock
+	// tiers are in base-priority order; index is their position.
+	tiers       []tierSpec
+	index       map[string]int
+	serviceTime time.Duration
+	// ageing is the pool's ageing rate (time per priority point).
+	ageing time.Duration
+}
+
+type tierSpec struct {
+	name  string
+	base  int
+	wait  time.Duration
+	share float64
+}
+
+// now is the simulated time.
+func (env *schedEnv) now() time.Duration { return env.clk.Since(epoch) }
+
+// enforced is what a scheduler holds requests to under one policy; 0 means
+// no limit.
+type enforced struct {
+	tiers map[string]tierLimits
+	// tenantCap replaces the tier's tenant limit for a listed tenant.
+	tenantCap map[string]int
+}
+
+type tierLimits struct {
+	bound, tenantLimit, tenantQueueLimit int
+}
+
+// capOf is the in-flight cap of tenant in tier; 0: none.
+func (l enforced) capOf(tenant, tier string) int {
+	if c := l.tenantCap[tenant]; c > 0 {
+		return c
+	}
+	return l.tiers[tier].tenantLimit
+}
+
+// policyLimits is what tiergate's queue enforces under p.
+func policyLimits(p *policy.Policy) enforced {
+	l := enforced{tiers: map[string]tierLimits{}, tenantCap: map[string]int{}}
+	for _, t := range p.Tiers {
+		l.tiers[t.Name] = tierLimits{bound: t.QueueBound, tenantLimit: t.TenantConcurrencyLimit, tenantQueueLimit: t.TenantQueueLimit}
+	}
+	for _, t := range p.Tenants {
+		if t.MaxConcurrency > 0 {
+			l.tenantCap[t.ID] = t.MaxConcurrency
+		}
+	}
+	return l
 }

@@ -161,54 +161,34 @@ func (s *queueScheduler) Close() error {
 	return nil
 }
 
-func (s *queueScheduler) Verify(e *engine, end bool) error {
-	if end {
-		return s.verifyTotals(e)
-	}
-	return s.verifyCounts(e)
-}
+func (s *queueScheduler) WatchesClients() bool { return true }
 
-// verifyCounts compares the engine's counts with the queue's and checks the
-// queue's bounds (DESIGN.md section 5).
-func (s *queueScheduler) verifyCounts(e *engine) error {
+// Check checks the queue's bounds (DESIGN.md section 5) and, at the end,
+// that every job it admitted ended exactly once or is still queued or in
+// flight, and that no slot was released twice.
+func (s *queueScheduler) Check(end bool) (snapshot, error) {
 	st := s.q.Stats()
-	if st.InFlight != e.inflight {
-		return fmt.Errorf("%w: at %s the queue has %d in flight, the simulation %d", ErrInternal, e.now, st.InFlight, e.inflight)
-	}
-	for name, ts := range e.tiers {
-		qt := st.Tiers[name]
-		if qt.Queued != ts.queued {
-			return fmt.Errorf("%w: at %s tier %s: the queue has %d queued, the simulation %d", ErrInternal, e.now, name, qt.Queued, ts.queued)
-		}
+	for name, qt := range st.Tiers {
 		if qt.Queued > qt.Bound {
-			return fmt.Errorf("%w: at %s tier %s: %d queued exceeds its bound %d", ErrInternal, e.now, name, qt.Queued, qt.Bound)
+			return snapshot{}, fmt.Errorf("%w: tier %s: %d queued exceeds its bound %d", ErrInternal, name, qt.Queued, qt.Bound)
 		}
 	}
-	for _, ts := range e.tenants {
-		if got := st.TenantInFlight[ts.name]; got != ts.inflight {
-			return fmt.Errorf("%w: at %s tenant %s: the queue has %d in flight, the simulation %d", ErrInternal, e.now, ts.name, got, ts.inflight)
-		}
-	}
-	return nil
-}
-
-// verifyTotals checks, at the end of the run, that every job the queue
-// admitted ended exactly once or is still queued or in flight, and that no
-// slot was released twice.
-func (s *queueScheduler) verifyTotals(e *engine) error {
-	st := s.q.Stats()
 	t := st.Totals
-	if ended := t.Dispatched + t.Abandoned + t.Expired + t.Drained + uint64(st.Queued); t.Admitted != ended {
-		return fmt.Errorf("%w: the queue admitted %d jobs but %d ended or are queued", ErrInternal, t.Admitted, ended)
+	if end {
+		if ended := t.Dispatched + t.Abandoned + t.Expired + t.Drained + uint64(st.Queued); t.Admitted != ended {
+			return snapshot{}, fmt.Errorf("%w: the queue admitted %d jobs but %d ended or are queued", ErrInternal, t.Admitted, ended)
+		}
+		if st.Completed+uint64(st.InFlight) != t.Dispatched {
+			return snapshot{}, fmt.Errorf("%w: %d dispatched, %d completed, %d in flight", ErrInternal, t.Dispatched, st.Completed, st.InFlight)
+		}
+		if st.DoubleReleases != 0 {
+			return snapshot{}, fmt.Errorf("%w: %d double releases", ErrInternal, st.DoubleReleases)
+		}
 	}
-	if st.Completed+uint64(st.InFlight) != t.Dispatched {
-		return fmt.Errorf("%w: %d dispatched, %d completed, %d in flight", ErrInternal, t.Dispatched, st.Completed, st.InFlight)
-	}
-	if st.DoubleReleases != 0 {
-		return fmt.Errorf("%w: %d double releases", ErrInternal, st.DoubleReleases)
-	}
-	if t.Admitted != e.admitted {
-		return fmt.Errorf("%w: the queue admitted %d jobs, the simulation %d", ErrInternal, t.Admitted, e.admitted)
-	}
-	return nil
+	return snapshot{
+		inflight:       st.InFlight,
+		admitted:       t.Admitted,
+		queued:         func(tier string) int { return st.Tiers[tier].Queued },
+		tenantInflight: func(tenant string) int { return st.TenantInFlight[tenant] },
+	}, nil
 }

@@ -9,19 +9,6 @@ import (
 	"github.com/tiergate/tiergate/dispatcher/queue"
 )
 
-// settle handles the outcomes of every request that the last scheduler
-// operation took off the queue.
-func (e *engine) settle() {
-	outs, err := e.sched.Outcomes()
-	if err != nil {
-		e.fail(err)
-		return
-	}
-	for _, o := range outs {
-		e.resolve(o)
-	}
-}
-
 // resolve handles how a queued request left the queue: dispatched, expired
 // by the queue, or withdrawn by its client.
 func (e *engine) resolve(o outcome) {
@@ -34,6 +21,8 @@ func (e *engine) resolve(o outcome) {
 	switch {
 	case o.err == nil:
 		e.dispatch(r, o.waited)
+	case r.gone:
+		r.state = stDone // its client's end was counted when it left
 	case errors.Is(o.err, queue.ErrExpired):
 		e.count(r.ten, func(f *Figures) { f.Expired++ })
 		ser := r.ten.tier.ser
@@ -47,39 +36,54 @@ func (e *engine) resolve(o outcome) {
 	}
 }
 
-// dispatch starts r's generation: it holds a slot, and one of its tenant's,
-// for its service time.
+// dispatch starts r's generation: it holds a slot of its dispatcher, and
+// one of its tenant's there, for its service time. A request whose client
+// already left is computed for nobody.
 func (e *engine) dispatch(r *request, waited time.Duration) {
-	ts := r.ten
+	d, ta := e.disp[r.disp], &r.ten.at[r.disp]
 	if e.opts.checkInvariants && waited != e.now-r.admitAt {
 		e.fail(fmt.Errorf("%w: request %d: Waited %s but the simulation saw %s", ErrInternal, r.id, waited, e.now-r.admitAt))
 	}
-	e.recordWait(r, waited)
 	// After the pool shrinks, in-flight may exceed the slots, but no
-	// dispatch may happen until it is back under them.
-	if e.opts.checkInvariants && (e.inflight >= e.slots || ts.inflight >= ts.limit) {
-		e.fail(fmt.Errorf("%w: at %s request %d of %s dispatched with %d/%d in flight, tenant %d/%d", ErrInternal, e.now, r.id, ts.name, e.inflight, e.slots, ts.inflight, ts.limit))
+	// dispatch may happen until it is back under them. Each scheduler is
+	// held to its own caps (fcfs and strict have none).
+	if e.opts.checkInvariants && (d.inflight >= d.slots || ta.atCap()) {
+		e.fail(fmt.Errorf("%w: at %s request %d of %s dispatched on dispatcher %d with %d/%d in flight, tenant %d/%d",
+			ErrInternal, e.now, r.id, r.ten.name, r.disp, d.inflight, d.slots, ta.inflight, ta.limit))
 	}
-	ts.inflight++
-	if ts.inflight >= ts.limit {
-		ts.capHits++
+	r.dispatchAt = e.now
+	if r.gone {
+		e.waste(e.now, e.now+r.service)
+	} else {
+		e.recordWait(r, waited)
 	}
+	ta.inflight++
+	if ta.atCap() {
+		ta.capHits++
+	}
+	d.inflight++
 	e.inflight++
 	r.state = stInFlight
 	e.push(event{at: e.now + r.service, kind: evComplete, req: r, attempt: r.attempt})
 }
 
-// complete is a generation that finished: the client has its answer.
+// complete is a generation that finished: the client has its answer, or
+// had left.
 func (e *engine) complete(r *request) {
 	e.release(r)
-	e.count(r.ten, func(f *Figures) { f.Served++ })
-	e.finalOutcome(r, 0)
-	e.settle()
+	if r.gone {
+		r.state = stDone
+	} else {
+		e.served(r)
+		e.finalOutcome(r, 0)
+	}
+	e.settle(r.disp)
 }
 
 // release frees r's slot; the scheduler may dispatch into it.
 func (e *engine) release(r *request) {
-	e.sched.Release(r)
-	r.ten.inflight--
+	e.disp[r.disp].sched.Release(r)
+	r.ten.at[r.disp].inflight--
+	e.disp[r.disp].inflight--
 	e.inflight--
 }

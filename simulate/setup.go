@@ -6,11 +6,12 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 )
 
-func newEngine(in *Input, opts Options) *engine {
+func newEngine(in *Input, opts Options, kind *schedKind) *engine {
 	e := &engine{
 		in:       in,
 		load:     &in.Load.Spec,
 		opts:     opts,
+		kind:     kind,
 		seed:     in.Load.Spec.Seed,
 		clk:      clocktesting.NewFakeClock(epoch),
 		warmup:   in.Load.Spec.Warmup.Duration,
@@ -24,34 +25,60 @@ func newEngine(in *Input, opts Options) *engine {
 }
 
 // setup computes the bounds at the Load's replicas, builds the tiers, the
-// tenants and the scheduler, pushes the first policy and schedules the
+// tenants and the dispatchers, pushes the first policies and schedules the
 // first events.
 func (e *engine) setup() error {
-	first, err := e.computeBounds(e.load.Replicas)
+	n := e.fleetSize()
+	first, err := e.computeBounds(e.load.Replicas, n)
 	if err != nil {
 		return err
 	}
 	e.first = first
 	e.sampler = loadSampler(e.load.ServiceTime, first.Pool.ServiceTime)
 	e.res = e.newResult()
+	e.env = e.newEnv()
 	e.addTiers()
 	if err := e.addTenants(); err != nil {
 		return err
 	}
-	e.sched = newQueueScheduler(e.clk)
+	e.addDispatchers(n)
 	if err := e.applyPolicy(first, e.load.Replicas); err != nil {
 		return err
 	}
-	for _, ts := range e.tenants {
-		ts.res.TenantLimit = ts.limit
-		ts.res.QueueLimit = ts.queueLimit
-	}
+	e.stateLimits()
 	e.push(event{at: e.duration, kind: evEnd})
 	for i, c := range e.load.ReplicaChanges {
 		e.push(event{at: c.At.Duration, kind: evReplicas, n: int32(i)})
 	}
 	e.startClients()
 	return nil
+}
+
+// newEnv is what the schedulers know of the pool beyond their policy.
+func (e *engine) newEnv() *schedEnv {
+	env := &schedEnv{clk: e.clk, index: map[string]int{}, serviceTime: e.first.Pool.ServiceTime, ageing: e.first.Pool.AgeingRate}
+	share := map[string]float64{}
+	for _, t := range e.in.Tiers {
+		share[t.Name] = t.Spec.TenantShare.AsApproximateFloat64()
+	}
+	for i, tb := range e.first.Tiers {
+		env.tiers = append(env.tiers, tierSpec{name: tb.Name, base: int(tb.BasePriority), wait: tb.TolerableWait, share: share[tb.Name]})
+		env.index[tb.Name] = i
+	}
+	return env
+}
+
+// stateLimits puts what the scheduler enforces pool-wide at the Load's
+// replicas next to the figures.
+func (e *engine) stateLimits() {
+	for name, tr := range e.res.Tiers {
+		tl := e.stated.tiers[name]
+		tr.Bound, tr.TenantLimit, tr.TenantQueueLimit = tl.bound, tl.tenantLimit, tl.tenantQueueLimit
+	}
+	for _, ts := range e.tenants {
+		ts.res.TenantLimit = e.stated.capOf(ts.name, ts.tier.name)
+		ts.res.QueueLimit = e.stated.tiers[ts.tier.name].tenantQueueLimit
+	}
 }
 
 // newResult is the Result before any figure: the pool's computation at the
@@ -87,15 +114,14 @@ func (e *engine) addTiers() {
 	width := e.duration.Seconds() / float64(e.opts.PlotBuckets)
 	for _, tb := range e.first.Tiers {
 		tr := &TierResult{
-			BasePriority:     tb.BasePriority,
-			Bound:            int(tb.QueueBound),
-			TenantLimit:      int(tb.TenantConcurrencyLimit),
-			TenantQueueLimit: int(tb.TenantQueueLimit),
-			MaxWait:          round6(tb.MaxWait.Seconds()),
+			BasePriority:  tb.BasePriority,
+			MaxWait:       round6(tb.MaxWait.Seconds()),
+			tolerableWait: tb.TolerableWait,
 		}
-		ts := &tierState{name: tb.Name, res: tr, ser: newSeries(e.opts.PlotBuckets, width)}
+		ts := &tierState{name: tb.Name, wait: tb.TolerableWait, res: tr, ser: newSeries(e.opts.PlotBuckets, width)}
 		ts.ser.maxWaitSec = tr.MaxWait
 		e.tiers[tb.Name] = ts
+		e.tierList = append(e.tierList, ts)
 		e.res.Tiers[tb.Name] = tr
 		e.res.series[tb.Name] = ts.ser
 		e.res.order = append(e.res.order, tb.Name)
@@ -123,6 +149,13 @@ func (e *engine) addTenants() error {
 		ts := &tenantState{
 			cfg: tl, name: tl.Tenant, tier: e.tiers[tier], rng: newRand(e.seed, tl.Tenant),
 			maxRetries: tl.maxRetries(), res: tr,
+		}
+		ts.svc = ts.rng
+		if tl.Arrival.Process == ProcClosed {
+			// Its think times are drawn as its answers come, which depends
+			// on the scheduler: its service times get a stream of their
+			// own, so its k-th request needs the same under any scheduler.
+			ts.svc = newServiceRand(e.seed, tl.Tenant)
 		}
 		e.tenants = append(e.tenants, ts)
 		e.res.Tenants[tl.Tenant] = tr

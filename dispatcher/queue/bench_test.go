@@ -1,7 +1,6 @@
 package queue
 
 import (
-	"container/heap"
 	"context"
 	"fmt"
 	"runtime"
@@ -12,10 +11,12 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/tiergate/tiergate/dispatcher/policy"
+	"github.com/tiergate/tiergate/internal/baseline"
 )
 
-// Benchmarks compare the queue with seedBaseline, a Go port of the seed
-// scheduler's algorithm, on the same workload: one cycle = admit one job,
+// Benchmarks compare the queue with the seed scheduler's algorithm
+// (internal/baseline's Seed, which the simulator also runs), on the same
+// workload: one cycle = admit one job,
 // release the oldest in-flight job, dispatch the next, advance the clock
 // 1ms (a pool completing 1000 requests/s). Reproduce with the command in
 // docs/benchmarks.md.
@@ -171,175 +172,72 @@ func (w *benchWorkload) cycle(ctx context.Context, clk stepper) {
 	clk.Step(benchStep)
 }
 
-// --- seedBaseline: the seed scheduler's algorithm, ported to Go ----------
-//
-// One binary heap of jobs ordered by (sort key, sequence). A job enters with
-// its tier's base priority as its key. A full rescore recomputes every key
-// as base − waited/ageingRate and re-heapifies; it runs before a dispatch
-// when more than a second has passed since the last one and more than 16
-// jobs are queued. Dispatch pops jobs until one's tenant is under its
-// tier's cap, and pushes every capped job it popped back. Completion
-// decrements the in-flight counts. (Its busy-wait when every job is capped
-// is not modelled: the benchmark never reaches that state.)
-
-type seedJob struct {
-	key    float64
-	seq    uint64
-	tenant string
-	tier   int
-	enq    float64
-}
-
-type seedHeap []*seedJob
-
-func (h seedHeap) Len() int { return len(h) }
-func (h seedHeap) Less(i, j int) bool {
-	if h[i].key != h[j].key {
-		return h[i].key < h[j].key
+// newSeedBaseline is the seed scheduler's algorithm (internal/baseline's
+// Seed: one heap of jobs, rescored on its loop's one-second timer once more
+// than 16 are queued, capped jobs popped and pushed back) with p's slots,
+// bounds and caps.
+func newSeedBaseline(p *policy.Policy) *baseline.Seed[struct{}] {
+	tiers := make([]baseline.SeedTier, len(p.Tiers))
+	bounds, caps := make([]int, len(p.Tiers)), make([]int, len(p.Tiers))
+	for i, t := range p.Tiers {
+		tiers[i].Base = t.BasePriority
+		bounds[i], caps[i] = t.QueueBound, t.TenantConcurrencyLimit
 	}
-	return h[i].seq < h[j].seq
-}
-func (h seedHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
-func (h *seedHeap) Push(x any)   { *h = append(*h, x.(*seedJob)) }
-func (h *seedHeap) Pop() any {
-	old := *h
-	n := len(old) - 1
-	j := old[n]
-	old[n] = nil
-	*h = old[:n]
-	return j
-}
-
-type seedBaseline struct {
-	clk           *benchClock
-	epoch         time.Time
-	heap          seedHeap
-	seq           uint64
-	inFlight      int
-	tenantIn      map[string]int
-	queuedByTier  []int
-	lastRescore   float64
-	slots         int
-	rate          float64
-	bases, limits []int
-	bounds        []int
-}
-
-func newSeedBaseline(clk *benchClock, p *policy.Policy) *seedBaseline {
-	s := &seedBaseline{clk: clk, epoch: clk.now, tenantIn: map[string]int{}, slots: p.Slots, rate: p.AgeingRate, queuedByTier: make([]int, len(p.Tiers))}
-	for _, t := range p.Tiers {
-		s.bases = append(s.bases, t.BasePriority)
-		s.limits = append(s.limits, t.TenantConcurrencyLimit)
-		s.bounds = append(s.bounds, t.QueueBound)
-	}
+	s := baseline.NewSeed[struct{}](time.Duration(p.AgeingRate*float64(time.Second)), tiers)
+	s.SetLimits(p.Slots, bounds, caps)
 	return s
 }
 
-func (s *seedBaseline) now() float64 { return s.clk.now.Sub(s.epoch).Seconds() }
+type seedJob = baseline.Job[struct{}]
 
-func (s *seedBaseline) submit(tenant string, tier int) bool {
-	if s.queuedByTier[tier] >= s.bounds[tier] {
-		return false
-	}
-	heap.Push(&s.heap, &seedJob{key: float64(s.bases[tier]), seq: s.seq, tenant: tenant, tier: tier, enq: s.now()})
-	s.seq++
-	s.queuedByTier[tier]++
-	return true
-}
-
-func (s *seedBaseline) rescore(now float64) {
-	for _, j := range s.heap {
-		j.key = float64(s.bases[j.tier]) - (now-j.enq)/s.rate
-	}
-	heap.Init(&s.heap)
-}
-
-func (s *seedBaseline) nextRunnable() *seedJob {
-	var held []*seedJob
-	var chosen *seedJob
-	for s.heap.Len() > 0 {
-		j := heap.Pop(&s.heap).(*seedJob)
-		if s.tenantIn[j.tenant] < s.limits[j.tier] {
-			chosen = j
-			break
-		}
-		held = append(held, j)
-	}
-	for _, j := range held {
-		heap.Push(&s.heap, j)
-	}
-	return chosen
-}
-
-// dispatch is one pass of the seed's run loop; nil when nothing can run.
-func (s *seedBaseline) dispatch() *seedJob {
-	now := s.now()
-	if now-s.lastRescore > 1.0 && s.heap.Len() > 16 {
-		s.rescore(now)
-		s.lastRescore = now
-	}
-	if s.inFlight >= s.slots || s.heap.Len() == 0 {
-		return nil
-	}
-	j := s.nextRunnable()
-	if j == nil {
-		return nil
-	}
-	s.queuedByTier[j.tier]--
-	s.inFlight++
-	s.tenantIn[j.tenant]++
-	return j
-}
-
-func (s *seedBaseline) release(j *seedJob) {
-	s.inFlight--
-	if n := s.tenantIn[j.tenant] - 1; n > 0 {
-		s.tenantIn[j.tenant] = n
-	} else {
-		delete(s.tenantIn, j.tenant)
-	}
-}
-
-// seedWorkload drives seedBaseline through the same cycle.
+// seedWorkload drives the seed baseline through the same cycle.
 type seedWorkload struct {
-	s        *seedBaseline
+	s        *baseline.Seed[struct{}]
+	clk      *benchClock
 	names    []string
 	next     int
 	inFlight ring[*seedJob]
 }
 
-func newSeedWorkload(s *seedBaseline, tenants, queued int) *seedWorkload {
-	w := &seedWorkload{s: s, names: tenantNamesN(tenants, "t")}
-	for range s.slots + queued {
+func newSeedWorkload(clk *benchClock, s *baseline.Seed[struct{}], tenants, queued int) *seedWorkload {
+	w := &seedWorkload{s: s, clk: clk, names: tenantNamesN(tenants, "t")}
+	for range s.Slots() + queued {
 		w.submit()
 	}
 	return w
 }
 
+func (w *seedWorkload) now() time.Duration { return w.clk.now.Sub(t0) }
+
 func (w *seedWorkload) submit() {
 	i := w.next % len(w.names)
 	w.next++
-	if !w.s.submit(w.names[i], i%3) {
-		panic("seed refused")
+	w.submitJob(w.names[i], i%3)
+}
+
+func (w *seedWorkload) submitJob(tenant string, tier int) {
+	if err := w.s.Enqueue(&seedJob{Tenant: tenant, Tier: tier}, w.now()); err != nil {
+		panic(err)
 	}
 	w.drainLoop() // submit wakes the run loop
 }
 
 func (w *seedWorkload) drainLoop() {
-	for {
-		j := w.s.dispatch()
-		if j == nil {
-			return
-		}
+	now := w.now()
+	for j := w.s.Next(now); j != nil; j = w.s.Next(now) {
 		w.inFlight.push(j)
 	}
 }
 
+func (w *seedWorkload) release() {
+	w.s.Done(w.inFlight.pop(), w.now())
+}
+
 func (w *seedWorkload) cycle() {
 	w.submit()
-	w.s.release(w.inFlight.pop())
+	w.release()
 	w.drainLoop() // completion wakes the run loop
-	w.s.clk.Step(benchStep)
+	w.clk.Step(benchStep)
 }
 
 func BenchmarkDispatch(b *testing.B) {
@@ -358,7 +256,7 @@ func BenchmarkDispatch(b *testing.B) {
 					ctx := context.Background()
 					cycle = func() { w.cycle(ctx, clk) }
 				} else {
-					w := newSeedWorkload(newSeedBaseline(clk, p), benchTenants, queued)
+					w := newSeedWorkload(clk, newSeedBaseline(p), benchTenants, queued)
 					cycle = w.cycle
 				}
 				b.ReportAllocs()
@@ -410,25 +308,22 @@ func BenchmarkNoisyNeighbour(b *testing.B) {
 					ctx := context.Background()
 					cycle = func() { w.cycle(ctx, clk) }
 				} else {
-					s := newSeedBaseline(clk, p)
-					w := &seedWorkload{s: s, names: names}
-					for i := range 4 + blocked {
-						s.submit("hog", 0)
-						if i < 4 {
-							w.drainLoop()
-						}
+					s := newSeedBaseline(p)
+					w := &seedWorkload{s: s, clk: clk, names: names}
+					for range 4 + blocked {
+						w.submitJob("hog", 0)
 					}
 					w.inFlight = ring[*seedJob]{} // the hog's 4 never finish
 					clk.Step(time.Second)
 					for range benchSlots - 4 + othersQueued {
 						w.submitTo(1)
 					}
-					if s.tenantIn["hog"] != 4 || s.heap.Len() != blocked+othersQueued {
-						b.Fatalf("setup: hog %d queued %d", s.tenantIn["hog"], s.heap.Len())
+					if s.TenantInFlight("hog") != 4 || s.Len() != blocked+othersQueued {
+						b.Fatalf("setup: hog %d queued %d", s.TenantInFlight("hog"), s.Len())
 					}
 					cycle = func() {
 						w.submitTo(1)
-						s.release(w.inFlight.pop())
+						w.release()
 						w.drainLoop()
 						clk.Step(benchStep)
 					}
@@ -450,8 +345,5 @@ func BenchmarkNoisyNeighbour(b *testing.B) {
 func (w *seedWorkload) submitTo(tier int) {
 	i := w.next % len(w.names)
 	w.next++
-	if !w.s.submit(w.names[i], tier) {
-		panic("seed refused")
-	}
-	w.drainLoop()
+	w.submitJob(w.names[i], tier)
 }
