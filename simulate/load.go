@@ -127,134 +127,179 @@ type Arrival struct {
 // validate checks the spec on its own; the pool-dependent checks (tenant
 // to tier mapping, default service-time mean) happen in resolve.
 func (s *LoadSpec) validate() error {
-	var errs []string
-	bad := func(field, format string, args ...any) {
-		errs = append(errs, "spec."+field+": "+fmt.Sprintf(format, args...))
+	v := &loadErrors{}
+	s.checkRun(v)
+	s.checkReplicaChanges(v)
+	s.checkServiceTime(v)
+	s.checkTenants(v)
+	if len(v.errs) > 0 {
+		return fmt.Errorf("%w: %s", ErrInvalid, strings.Join(v.errs, "; "))
 	}
+	return nil
+}
+
+// loadErrors collects a Load's problems in the order they are found, each
+// prefixed with its field path.
+type loadErrors struct{ errs []string }
+
+func (v *loadErrors) bad(field, format string, args ...any) {
+	v.errs = append(v.errs, "spec."+field+": "+fmt.Sprintf(format, args...))
+}
+
+// checkRun checks the replicas, dispatchers, duration and warmup.
+func (s *LoadSpec) checkRun(v *loadErrors) {
 	if s.Replicas < 1 {
-		bad("replicas", "must be at least 1, got %d", s.Replicas)
+		v.bad("replicas", "must be at least 1, got %d", s.Replicas)
 	}
 	if n := s.Dispatchers; n != nil && (*n < 1 || *n > MaxDispatchers) {
-		bad("dispatchers", "must be between 1 and %d, got %d", MaxDispatchers, *n)
+		v.bad("dispatchers", "must be between 1 and %d, got %d", MaxDispatchers, *n)
 	}
 	d := s.Duration.Duration
 	if d <= 0 {
-		bad("duration", "must be greater than 0")
+		v.bad("duration", "must be greater than 0")
 	}
 	if s.Warmup.Duration < 0 || (d > 0 && s.Warmup.Duration >= d) {
-		bad("warmup", "must be at least 0 and shorter than duration %s", d)
+		v.bad("warmup", "must be at least 0 and shorter than duration %s", d)
 	}
+}
+
+// checkReplicaChanges checks that the changes are in order, within the run.
+func (s *LoadSpec) checkReplicaChanges(v *loadErrors) {
+	d := s.Duration.Duration
 	prev := time.Duration(0)
 	for i, c := range s.ReplicaChanges {
 		f := fmt.Sprintf("replicaChanges[%d]", i)
 		if c.At.Duration <= prev || (d > 0 && c.At.Duration >= d) {
-			bad(f+".at", "must be after the previous change and before duration, got %s", c.At.Duration)
+			v.bad(f+".at", "must be after the previous change and before duration, got %s", c.At.Duration)
 		}
 		if c.Replicas < 0 {
-			bad(f+".replicas", "must be at least 0, got %d", c.Replicas)
+			v.bad(f+".replicas", "must be at least 0, got %d", c.Replicas)
 		}
 		prev = c.At.Duration
 	}
-	if st := s.ServiceTime; st != nil {
-		switch st.Distribution {
-		case DistConstant, DistExponential:
-			if st.Stddev != nil {
-				bad("serviceTime.stddev", "is only used by distribution lognormal")
-			}
-		case DistLognormal:
-			if st.Stddev == nil || st.Stddev.Duration <= 0 {
-				bad("serviceTime.stddev", "must be greater than 0 for distribution lognormal")
-			}
-		default:
-			bad("serviceTime.distribution", "unknown distribution %q (want constant, exponential or lognormal)", st.Distribution)
-		}
-		if st.Mean != nil && st.Mean.Duration <= 0 {
-			bad("serviceTime.mean", "must be greater than 0")
-		}
+}
+
+// checkServiceTime checks the optional service-time distribution.
+func (s *LoadSpec) checkServiceTime(v *loadErrors) {
+	st := s.ServiceTime
+	if st == nil {
+		return
 	}
+	switch st.Distribution {
+	case DistConstant, DistExponential:
+		if st.Stddev != nil {
+			v.bad("serviceTime.stddev", "is only used by distribution lognormal")
+		}
+	case DistLognormal:
+		if st.Stddev == nil || st.Stddev.Duration <= 0 {
+			v.bad("serviceTime.stddev", "must be greater than 0 for distribution lognormal")
+		}
+	default:
+		v.bad("serviceTime.distribution", "unknown distribution %q (want constant, exponential or lognormal)", st.Distribution)
+	}
+	if st.Mean != nil && st.Mean.Duration <= 0 {
+		v.bad("serviceTime.mean", "must be greater than 0")
+	}
+}
+
+// checkTenants checks each tenant's name, timeout, retries and arrivals.
+func (s *LoadSpec) checkTenants(v *loadErrors) {
 	if len(s.Tenants) == 0 {
-		bad("tenants", "must list at least one tenant")
+		v.bad("tenants", "must list at least one tenant")
 	}
 	seen := map[string]bool{}
 	for i, t := range s.Tenants {
 		f := fmt.Sprintf("tenants[%d]", i)
 		if t.Tenant == "" {
-			bad(f+".tenant", "must not be empty")
+			v.bad(f+".tenant", "must not be empty")
 		} else if seen[t.Tenant] {
-			bad(f+".tenant", "duplicate tenant %q", t.Tenant)
+			v.bad(f+".tenant", "duplicate tenant %q", t.Tenant)
 		}
 		seen[t.Tenant] = true
 		if t.Timeout.Duration < 0 {
-			bad(f+".timeout", "must be at least 0")
+			v.bad(f+".timeout", "must be at least 0")
 		}
 		if t.MaxRetries != nil && *t.MaxRetries < 0 {
-			bad(f+".maxRetries", "must be at least 0")
+			v.bad(f+".maxRetries", "must be at least 0")
 		}
-		for _, e := range t.Arrival.check(d) {
-			bad(f+".arrival."+e[0], "%s", e[1])
+		for _, e := range t.Arrival.check(s.Duration.Duration) {
+			v.bad(f+".arrival."+e[0], "%s", e[1])
 		}
 	}
-	if len(errs) > 0 {
-		return fmt.Errorf("%w: %s", ErrInvalid, strings.Join(errs, "; "))
-	}
-	return nil
 }
 
 // check returns {field, problem} pairs.
 func (a *Arrival) check(duration time.Duration) [][2]string {
 	var out [][2]string
 	bad := func(field, msg string) { out = append(out, [2]string{field, msg}) }
-	used := map[string]bool{}
+	var used []string
 	switch a.Process {
 	case ProcPoisson, ProcConstant:
-		used["rate"] = true
+		used = []string{"rate"}
 		if !(a.Rate > 0) {
 			bad("rate", "must be greater than 0 for process "+a.Process)
 		}
 	case ProcClosed:
-		used["clients"], used["think"] = true, true
-		if a.Clients < 1 {
-			bad("clients", "must be at least 1 for process closed")
-		}
-		if a.Think != nil && a.Think.Duration < 0 {
-			bad("think", "must be at least 0")
-		}
+		used = []string{"clients", "think"}
+		a.checkClosed(bad)
 	case ProcBurst:
-		used["at"], used["count"], used["spread"], used["every"] = true, true, true, true
-		if a.Count < 1 {
-			bad("count", "must be at least 1 for process burst")
-		}
-		if a.At == nil || a.At.Duration < 0 || (duration > 0 && a.At.Duration >= duration) {
-			bad("at", "must be set, at least 0 and before duration")
-		}
-		if a.Spread != nil && a.Spread.Duration < 0 {
-			bad("spread", "must be at least 0")
-		}
-		if a.Every != nil && a.Every.Duration < 0 {
-			bad("every", "must be at least 0")
-		}
-		if a.Every != nil && a.Every.Duration > 0 && a.Spread != nil && a.Spread.Duration > a.Every.Duration {
-			bad("spread", "must not be longer than every")
-		}
+		used = []string{"at", "count", "spread", "every"}
+		a.checkBurst(duration, bad)
 	default:
 		bad("process", fmt.Sprintf("unknown process %q (want poisson, constant, closed or burst)", a.Process))
 		return out
 	}
+	for _, f := range a.unusedFields(used) {
+		bad(f, "is not used by process "+a.Process)
+	}
+	return out
+}
+
+func (a *Arrival) checkClosed(bad func(field, msg string)) {
+	if a.Clients < 1 {
+		bad("clients", "must be at least 1 for process closed")
+	}
+	if a.Think != nil && a.Think.Duration < 0 {
+		bad("think", "must be at least 0")
+	}
+}
+
+func (a *Arrival) checkBurst(duration time.Duration, bad func(field, msg string)) {
+	if a.Count < 1 {
+		bad("count", "must be at least 1 for process burst")
+	}
+	if a.At == nil || a.At.Duration < 0 || (duration > 0 && a.At.Duration >= duration) {
+		bad("at", "must be set, at least 0 and before duration")
+	}
+	if a.Spread != nil && a.Spread.Duration < 0 {
+		bad("spread", "must be at least 0")
+	}
+	if a.Every != nil && a.Every.Duration < 0 {
+		bad("every", "must be at least 0")
+	}
+	if a.Every != nil && a.Every.Duration > 0 && a.Spread != nil && a.Spread.Duration > a.Every.Duration {
+		bad("spread", "must not be longer than every")
+	}
+}
+
+// unusedFields lists, sorted, the fields that are set but that the process
+// does not read.
+func (a *Arrival) unusedFields(used []string) []string {
 	set := map[string]bool{
 		"rate": a.Rate != 0, "clients": a.Clients != 0, "think": a.Think != nil,
 		"at": a.At != nil, "count": a.Count != 0, "spread": a.Spread != nil, "every": a.Every != nil,
 	}
+	for _, f := range used {
+		delete(set, f)
+	}
 	var extra []string
 	for f, isSet := range set {
-		if isSet && !used[f] {
+		if isSet {
 			extra = append(extra, f)
 		}
 	}
 	sort.Strings(extra)
-	for _, f := range extra {
-		bad(f, "is not used by process "+a.Process)
-	}
-	return out
+	return extra
 }
 
 func (t *TenantLoad) maxRetries() int {
