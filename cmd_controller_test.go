@@ -12,14 +12,17 @@ func TestControllerFlags(t *testing.T) {
 		wantCode   int
 		wantStderr string
 	}{
-		"help":                {[]string{"--help"}, 0, "Usage: tiergate controller [flags]"},
-		"unknown flag":        {[]string{"--bogus"}, 2, "flag provided but not defined: -bogus"},
-		"positional argument": {[]string{"extra"}, 2, `tiergate controller: unexpected arguments ["extra"]`},
-		"zero resync":         {[]string{"--resync-period=0s"}, 2, "tiergate controller: --resync-period (0s) and --push-timeout (5s) must be positive"},
-		"negative timeout":    {[]string{"--push-timeout=-1s"}, 2, "tiergate controller: --resync-period (30s) and --push-timeout (-1s) must be positive"},
-		"zero qps":            {[]string{"--kube-api-qps=0"}, 2, "tiergate controller: --kube-api-qps (0) and --kube-api-burst (100) must be positive"},
-		"bad duration":        {[]string{"--resync-period=soon"}, 2, `invalid value "soon" for flag -resync-period`},
-		"missing kubeconfig":  {[]string{"--kubeconfig=/nonexistent/kubeconfig"}, 1, "/nonexistent/kubeconfig: no such file or directory"},
+		"help":                             {[]string{"--help"}, 0, "Usage: tiergate controller [flags]"},
+		"unknown flag":                     {[]string{"--bogus"}, 2, "flag provided but not defined: -bogus"},
+		"positional argument":              {[]string{"extra"}, 2, `tiergate controller: unexpected arguments ["extra"]`},
+		"zero resync":                      {[]string{"--resync-period=0s"}, 2, "tiergate controller: --resync-period (0s) and --push-timeout (5s) must be positive"},
+		"negative timeout":                 {[]string{"--push-timeout=-1s"}, 2, "tiergate controller: --resync-period (30s) and --push-timeout (-1s) must be positive"},
+		"zero qps":                         {[]string{"--kube-api-qps=0"}, 2, "tiergate controller: --kube-api-qps (0) and --kube-api-burst (100) must be positive"},
+		"bad duration":                     {[]string{"--resync-period=soon"}, 2, `invalid value "soon" for flag -resync-period`},
+		"missing kubeconfig":               {[]string{"--kubeconfig=/nonexistent/kubeconfig"}, 1, "/nonexistent/kubeconfig: no such file or directory"},
+		"token Secret without a namespace": {[]string{"--push-token-secret=tok"}, 2, `tiergate controller: --push-token-secret "tok" must be NAMESPACE/NAME`},
+		"token Secret without a name":      {[]string{"--push-token-secret=ns/"}, 2, `tiergate controller: --push-token-secret "ns/" must be NAMESPACE/NAME`},
+		"token Secret with two slashes":    {[]string{"--push-token-secret=ns/a/b"}, 2, `tiergate controller: --push-token-secret "ns/a/b" must be NAMESPACE/NAME`},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

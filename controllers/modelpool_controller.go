@@ -34,10 +34,15 @@ import (
 // pods, computes the bounds, writes the status of the pool and of its tiers
 // and quotas, and hands each dispatcher pod its policy through the Pusher.
 type PoolReconciler struct {
-	Client   client.Client
-	Recorder events.EventRecorder
-	Pusher   policySyncer
-	Clock    clock.PassiveClock
+	// Client reads through the manager's cache, which holds only the
+	// Secrets labelled APIKeysLabel (CacheByObject).
+	Client client.Client
+	// APIReader reads the API server directly: only the metadata of a
+	// referenced Secret the cache lacks, to report it as unlabelled.
+	APIReader client.Reader
+	Recorder  events.EventRecorder
+	Pusher    policySyncer
+	Clock     clock.PassiveClock
 	// ResyncPeriod is how often every dispatcher is pushed to even when it
 	// acknowledged the current version.
 	ResyncPeriod time.Duration
@@ -48,6 +53,9 @@ type PoolReconciler struct {
 	// UnreachableStrike is how many consecutive failed pushes make an
 	// unreachable pod degrade the pool.
 	UnreachableStrike int
+	// TokenSecret (namespace/name) is named in conditions about refused
+	// push tokens; "" when the controller does not manage it.
+	TokenSecret string
 
 	mu    sync.Mutex
 	pools map[types.NamespacedName]*poolMemory
@@ -139,6 +147,7 @@ func (r *PoolReconciler) desire(pool *v1alpha1.ModelPool, obs *observed, b capac
 		ObservedService:   serviceTime,
 		Dispatchers:       dispatcherViews(targets, states),
 		UnreachableStrike: r.UnreachableStrike,
+		TokenSecret:       r.TokenSecret,
 	}, stamp)
 	if len(obs.tiers) > 0 {
 		d.targets = targets
