@@ -26,6 +26,10 @@ import (
 // +kubebuilder:rbac:groups=tiergate.dev,resources=modelpools;servicetiers;tenantquotas,verbs=get;list;watch
 // +kubebuilder:rbac:groups=tiergate.dev,resources=modelpools/status;servicetiers/status;tenantquotas/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;list;watch
+// Secrets: the cache's informer lists and watches only those labelled
+// tiergate.dev/api-keys (CacheByObject), but RBAC grants by name, not by
+// label, so list and watch are needed on all; get reads the metadata of a
+// referenced Secret the cache lacks.
 // +kubebuilder:rbac:groups="",resources=pods;secrets,verbs=get;list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 

@@ -131,21 +131,25 @@ func poolSynced(v poolView, c v1alpha1.DispatcherCounts) (bool, string, string) 
 		return false, string(v1alpha1.ReasonNoDispatchers), "no pod with an IP matches spec.dispatchers.selector"
 	case !v.HasTiers:
 		return false, string(v1alpha1.ReasonNoTiers), "no policy to push: the pool has no ServiceTier"
-	case c.Synced == c.Total:
-		return true, string(v1alpha1.ReasonAllSynced), fmt.Sprintf("%d/%d dispatchers hold policy version %d", c.Total, c.Total, v.Version)
 	}
 	var behind, refused []string
 	for _, d := range v.Dispatchers {
 		if d.Acked != v.Version {
 			behind = append(behind, d.Name)
-			if d.State.Result == PushUnauthorized {
-				refused = append(refused, d.Name)
-			}
+		}
+		// A pod that refused the token holds what it has and will take
+		// no new policy, even if it holds the current one.
+		if d.State.Result == PushUnauthorized {
+			refused = append(refused, d.Name)
 		}
 	}
 	held := fmt.Sprintf("%d/%d dispatchers hold policy version %d", c.Synced, c.Total, v.Version)
 	if len(refused) > 0 {
-		return false, string(v1alpha1.ReasonPushUnauthorized), fmt.Sprintf("%s refused the push token (401), so %s; %s", listNames(refused), held, tokenAdvice(v.TokenSecret))
+		return false, string(v1alpha1.ReasonPushUnauthorized),
+			fmt.Sprintf("%s refused the push token (401) and will take no new policy; %s; %s", listNames(refused), held, tokenAdvice(v.TokenSecret))
+	}
+	if c.Synced == c.Total {
+		return true, string(v1alpha1.ReasonAllSynced), held
 	}
 	return false, string(v1alpha1.ReasonSyncPending), fmt.Sprintf("%s; waiting for %s", held, listNames(behind))
 }

@@ -68,7 +68,7 @@ func TestDesiredPoolStatus(t *testing.T) {
 				Dispatchers: []dispatcherView{{Name: "d-0", Ready: true, Acked: 7}, {Name: "d-1", Acked: 0, State: unauthorized}}},
 			counts: v1alpha1.DispatcherCounts{Total: 2, Ready: 1, Synced: 1},
 			want: map[string]condRow{"Ready": ready, "AgeingHorizonExceedsClientTimeout": horizon,
-				"Synced": {"Synced", "False", "PushUnauthorized", "d-1 refused the push token (401), so 1/2 dispatchers hold policy version 7; " +
+				"Synced": {"Synced", "False", "PushUnauthorized", "d-1 refused the push token (401) and will take no new policy; 1/2 dispatchers hold policy version 7; " +
 					"check the push token Secret: the controller's --push-token-file and every dispatcher's --admin-token-file must hold its token " +
 					"(after a rotation both follow their file within seconds, and the replaced token is accepted for up to 60s)"},
 				"Degraded": {"Degraded", "True", "PushUnauthorized", "d-1 refused the push token (check --push-token-file against the dispatchers' --admin-token-file): dispatcher refused the push token: 10.0.0.2:9090 answered 401"}},
@@ -79,8 +79,18 @@ func TestDesiredPoolStatus(t *testing.T) {
 				TokenSecret: "tiergate-system/tiergate-push-token"},
 			counts: v1alpha1.DispatcherCounts{Total: 3},
 			want: map[string]condRow{"Ready": ready, "AgeingHorizonExceedsClientTimeout": horizon,
-				"Synced": {"Synced", "False", "PushUnauthorized", "d-0 refused the push token (401), so 0/3 dispatchers hold policy version 2; " +
+				"Synced": {"Synced", "False", "PushUnauthorized", "d-0 refused the push token (401) and will take no new policy; 0/3 dispatchers hold policy version 2; " +
 					"check the push token Secret tiergate-system/tiergate-push-token: the controller's --push-token-file and every dispatcher's --admin-token-file must hold its token " +
+					"(after a rotation both follow their file within seconds, and the replaced token is accepted for up to 60s)"},
+				"Degraded": {"Degraded", "True", "PushUnauthorized", "d-0 refused the push token (check --push-token-file against the dispatchers' --admin-token-file): dispatcher refused the push token: 10.0.0.2:9090 answered 401"}},
+		},
+		"a resync refused: the pod holds the version but takes no new one": {
+			view: poolView{DeploymentFound: true, Bounds: seedBounds(t, 6, 1), Backends: 6, HasTiers: true, Version: 4,
+				Dispatchers: []dispatcherView{{Name: "d-0", Ready: true, Acked: 4, State: unauthorized}}},
+			counts: v1alpha1.DispatcherCounts{Total: 1, Ready: 1, Synced: 1},
+			want: map[string]condRow{"Ready": ready, "AgeingHorizonExceedsClientTimeout": horizon,
+				"Synced": {"Synced", "False", "PushUnauthorized", "d-0 refused the push token (401) and will take no new policy; 1/1 dispatchers hold policy version 4; " +
+					"check the push token Secret: the controller's --push-token-file and every dispatcher's --admin-token-file must hold its token " +
 					"(after a rotation both follow their file within seconds, and the replaced token is accepted for up to 60s)"},
 				"Degraded": {"Degraded", "True", "PushUnauthorized", "d-0 refused the push token (check --push-token-file against the dispatchers' --admin-token-file): dispatcher refused the push token: 10.0.0.2:9090 answered 401"}},
 		},

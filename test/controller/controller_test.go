@@ -467,7 +467,7 @@ func TestWrongTokenDegrades(t *testing.T) {
 		if err := conditionIs(st.Conditions, v1alpha1.ModelPoolSynced, metav1.ConditionFalse, "PushUnauthorized"); err != nil {
 			return err
 		}
-		want := bad.pod + " refused the push token (401), so 1/2 dispatchers hold policy version "
+		want := bad.pod + " refused the push token (401) and will take no new policy; 1/2 dispatchers hold policy version "
 		if c := condition(st.Conditions, v1alpha1.ModelPoolSynced); !strings.HasPrefix(c.Message, want) || !strings.Contains(c.Message, "check the push token Secret") {
 			return fmt.Errorf("Synced message %q, want it to start %q and say to check the token Secret", c.Message, want)
 		}
