@@ -52,7 +52,12 @@ func TestCacheHoldsOnlyLabelledSecrets(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() { done <- c.Start(ctx) }()
-	defer func() { cancel(); <-done }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
 	if !c.WaitForCacheSync(ctx) {
 		t.Fatal("the cache did not sync")
 	}

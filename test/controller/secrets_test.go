@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -188,6 +189,20 @@ func TestOnlyLabelledSecretsAreRead(t *testing.T) {
 	kubectl.Must(t, "label", "secret", "db-creds", "-n", e.ns, v1alpha1.APIKeysLabel+"-")
 	wantUnlabelled("acme SecretNotLabelled once the label is removed")
 
+	// The README's upgrade loop labels every Secret a TenantQuota names.
+	sh := testutil.Tool{Bin: "bash", Env: []string{"PATH=" + filepath.Dir(kubectl.Bin) + ":" + os.Getenv("PATH"), "KUBECONFIG=" + kubeconfigOf(kubectl)}}
+	// A quota of another test may name a Secret that does not exist; the
+	// loop goes on past it, and its exit status is that of the last label.
+	r := sh.Run("-c", readmeLabelLoop(t))
+	if !strings.Contains(r.Stdout, "secret/db-creds labeled") {
+		t.Fatalf("the README's label loop did not label db-creds:\n%s", r)
+	}
+	if took, err := allHold(e.disp, 5*time.Second, acmeHashes(e, []string{hash})); err != nil {
+		t.Fatalf("the Secret labelled by the README's loop: key not pushed after %s: %v", took, err)
+	}
+	kubectl.Must(t, "label", "secret", "db-creds", "-n", e.ns, v1alpha1.APIKeysLabel+"-")
+	wantUnlabelled("acme SecretNotLabelled once the label is removed again")
+
 	var lists, watches, gets int
 	testutil.Eventually(t, 10*time.Second, "the audit log shows the controller's Secret requests", func() error {
 		lists, watches, gets = checkSecretRequests(t, controllerSecretRequests(t), "db-creds")
@@ -200,6 +215,36 @@ func TestOnlyLabelledSecretsAreRead(t *testing.T) {
 	})
 	t.Logf("the controller's Secret requests: %d lists and %d watches, all selecting %s=true; %d metadata-only gets of db-creds",
 		lists, watches, v1alpha1.APIKeysLabel, gets)
+}
+
+// readmeLabelLoop is the README's shell loop that labels every Secret a
+// TenantQuota names.
+func readmeLabelLoop(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(repoRoot, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const start = "# every Secret a TenantQuota names, in every namespace:\n"
+	i := strings.Index(string(b), start)
+	if i < 0 {
+		t.Fatalf("README.md has no %q", start)
+	}
+	loop, _, ok := strings.Cut(string(b)[i+len(start):], "```")
+	if !ok || !strings.Contains(loop, "kubectl label secret") {
+		t.Fatalf("README.md's label loop is not a code block: %q", loop)
+	}
+	return loop
+}
+
+// kubeconfigOf is the --kubeconfig a kubectl Tool runs with.
+func kubeconfigOf(k testutil.Tool) string {
+	for _, a := range k.Args {
+		if v, ok := strings.CutPrefix(a, "--kubeconfig="); ok {
+			return v
+		}
+	}
+	return ""
 }
 
 // acmeHashes accepts a policy of the pool's current version whose tenant
