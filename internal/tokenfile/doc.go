@@ -8,10 +8,12 @@
 // at different moments, converge without a refusal.
 //
 // Keyring is the pure part: the current token, the one it replaced and
-// until when, compared in constant time. The dispatcher's admin API checks
-// presented tokens with Verify; the controller's push client sends Tokens.
+// until when, compared in constant time. The dispatcher runs Run, which
+// polls every second, and checks presented tokens with Verify; the
+// controller's push client calls Poll before each push (one stat) and sends
+// Tokens.
 //
-// Concurrency model: a Follower is safe for concurrent use. Run is its one
-// polling goroutine; Poll, Verify and Tokens take its mutex briefly. A
-// Keyring is a value without locking.
+// Concurrency model: a Follower is safe for concurrent use. Run is at most
+// one polling goroutine; Poll, Verify and Tokens take its mutex briefly (a
+// Poll reads the file outside it). A Keyring is a value without locking.
 package tokenfile

@@ -38,17 +38,18 @@ func TestAdminTokenRotation(t *testing.T) {
 		old, cur := "token-"+string(rune('0'+i-1)), "token-"+string(rune('0'+i))
 		swapped := time.Now()
 		vol.Update(map[string]string{"token": cur + "\n"})
-		// The last refusal of the new token and its first acceptance
-		// bracket the moment the dispatcher rotated.
+		// The sending of the new token's last refusal and the answer of
+		// its first acceptance bracket the moment the dispatcher rotated.
 		var lastRefused, accepted time.Time
 		testutil.EventuallyTrue(t, settle, cur+" accepted", func() bool {
 			version++
+			sent := time.Now()
 			code, _ := put(version, cur)
 			if code == http.StatusOK {
 				accepted = time.Now()
 				return true
 			}
-			lastRefused = time.Now()
+			lastRefused = sent
 			return false
 		})
 		if lastRefused.IsZero() {
