@@ -14,6 +14,7 @@
 // Tokens.
 //
 // Concurrency model: a Follower is safe for concurrent use. Run is at most
-// one polling goroutine; Poll, Verify and Tokens take its mutex briefly (a
-// Poll reads the file outside it). A Keyring is a value without locking.
+// one polling goroutine; polls are serialised among themselves, and Verify
+// and Tokens take the token mutex only briefly (a poll reads the file
+// outside it). A Keyring is a value without locking.
 package tokenfile

@@ -48,6 +48,9 @@ type Options struct {
 // Follower is a token file followed on a clock.
 type Follower struct {
 	opts Options
+	// pollMu serialises polls, so a slow poll that read the file before a
+	// swap cannot overwrite a newer token a concurrent poll read after.
+	pollMu sync.Mutex
 
 	mu      sync.Mutex
 	ring    Keyring
@@ -83,6 +86,8 @@ func (f *Follower) Path() string { return f.opts.Path }
 // replaced one enters its grace. changed is false when the content is the
 // current token. On an error the tokens stay as they were.
 func (f *Follower) Poll() (changed bool, err error) {
+	f.pollMu.Lock()
+	defer f.pollMu.Unlock()
 	fi, err := os.Stat(f.opts.Path)
 	if err != nil {
 		return false, fmt.Errorf("token file: %w", err)

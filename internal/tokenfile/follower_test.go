@@ -3,9 +3,13 @@ package tokenfile
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -229,5 +233,59 @@ func TestRunPollsOnTheClock(t *testing.T) {
 	next()
 	if f.Verify([]byte("one")) || !f.Verify([]byte("two")) {
 		t.Errorf("once the grace ended: %+v", current(f))
+	}
+}
+
+// Concurrent polls through many swaps (the push client polls from every
+// sender) never put an older token back in force: the current token seen
+// after any poll is never older than one seen before it, and once the
+// swaps stop one more poll finds the last token current.
+func TestConcurrentPolls(t *testing.T) {
+	vol := testutil.NewSecretVolume(t, map[string]string{"token": "t-0"})
+	f, err := New(Options{Path: vol.Path("token"), Grace: MaxGrace})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var newest atomic.Int64 // the newest token index any poller has seen
+	var regressed atomic.Value
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	for range 4 {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				_, _ = f.Poll()
+				before := newest.Load()
+				cur, _ := f.Tokens()
+				idx, _ := strconv.ParseInt(strings.TrimPrefix(cur, "t-"), 10, 64)
+				if idx < before {
+					regressed.Store(fmt.Sprintf("t-%d current after t-%d was seen", idx, before))
+				}
+				for m := newest.Load(); idx > m && !newest.CompareAndSwap(m, idx); m = newest.Load() {
+				}
+			}
+		}()
+	}
+	const swaps = 200
+	for i := 1; i <= swaps; i++ {
+		vol.Update(map[string]string{"token": "t-" + strconv.Itoa(i)})
+	}
+	close(stop)
+	for range 4 {
+		<-done
+	}
+	if _, err := f.Poll(); err != nil {
+		t.Fatal(err)
+	}
+	if got := current(f); got.Cur != "t-"+strconv.Itoa(swaps) {
+		t.Errorf("after the swaps: %+v, want t-%d current", got, swaps)
+	}
+	if r := regressed.Load(); r != nil {
+		t.Errorf("a poll put an older token back: %s", r)
 	}
 }
