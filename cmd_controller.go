@@ -8,15 +8,18 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -37,6 +40,7 @@ type controllerFlags struct {
 	leaderNS, leaderID     string
 	kubeconfig, tokenFile  string
 	prometheusAddr         string
+	tokenSecret, tokenKey  string
 	resync, pushTimeout    time.Duration
 	qps                    float64
 	burst                  int
@@ -52,7 +56,7 @@ func runController(args []string, _, stderr io.Writer) int {
 	logger := zap.New(zap.UseFlagOptions(&f.zap))
 	ctrl.SetLogger(logger)
 	log := logger.WithName("controller")
-	if f.tokenFile == "" {
+	if f.tokenFile == "" && f.tokenSecret == "" {
 		log.Info("no --push-token-file: pushes carry no token and dispatchers that require one answer 401")
 	}
 	mgr, err := newControllerManager(f)
@@ -62,11 +66,14 @@ func runController(args []string, _, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	secret, _ := tokenSecretName(f.tokenSecret) // checked by parseControllerFlags
 	if err := controllers.Setup(ctx, mgr, controllers.Options{
-		PushTokenFile:     f.tokenFile,
-		PushTimeout:       f.pushTimeout,
-		ResyncPeriod:      f.resync,
-		PrometheusAddress: f.prometheusAddr,
+		PushTokenFile:      f.tokenFile,
+		PushTokenSecret:    secret,
+		PushTokenSecretKey: f.tokenKey,
+		PushTimeout:        f.pushTimeout,
+		ResyncPeriod:       f.resync,
+		PrometheusAddress:  f.prometheusAddr,
 	}); err != nil {
 		log.Error(err, "cannot set up the controllers")
 		return 1
@@ -83,7 +90,9 @@ func parseControllerFlags(args []string, stderr io.Writer) (f controllerFlags, c
 	fs.StringVar(&f.leaderNS, "leader-election-namespace", "", "namespace of the leader election Lease (default: the pod's namespace)")
 	fs.StringVar(&f.leaderID, "leader-election-id", "tiergate-controller.tiergate.dev", "name of the leader election Lease")
 	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster, then $KUBECONFIG, then ~/.kube/config)")
-	fs.StringVar(&f.tokenFile, "push-token-file", "", "file holding the bearer token sent with every policy push (re-read before each push)")
+	fs.StringVar(&f.tokenFile, "push-token-file", "", "file holding the bearer token sent with every policy push (followed as a mounted Secret is rotated)")
+	fs.StringVar(&f.tokenSecret, "push-token-secret", "", "NAMESPACE/NAME of the push token Secret to create with a random token when it is missing; its token serves until --push-token-file exists")
+	fs.StringVar(&f.tokenKey, "push-token-secret-key", "token", "key of the token in --push-token-secret")
 	fs.DurationVar(&f.resync, "resync-period", 30*time.Second, "push to every dispatcher at least this often, even when it holds the current policy")
 	fs.DurationVar(&f.pushTimeout, "push-timeout", 5*time.Second, "timeout of one policy push")
 	fs.StringVar(&f.prometheusAddr, "prometheus-address", "", "Prometheus server (http or https URL) that KEDA ScaledObjects query when a pool's spec.autoscaling.prometheus.serverAddress is empty")
@@ -103,6 +112,10 @@ func parseControllerFlags(args []string, stderr io.Writer) (f controllerFlags, c
 	}
 	if msg := checkPrometheusAddress(f.prometheusAddr); msg != "" {
 		fmt.Fprintf(stderr, "tiergate controller: --prometheus-address %q %s\n", f.prometheusAddr, msg)
+		return f, 2, true
+	}
+	if _, err := tokenSecretName(f.tokenSecret); err != nil {
+		fmt.Fprintln(stderr, "tiergate controller:", err)
 		return f, 2, true
 	}
 	if f.resync <= 0 || f.pushTimeout <= 0 {
@@ -150,6 +163,9 @@ func newControllerManager(f controllerFlags) (ctrl.Manager, error) {
 		LeaderElectionID:              f.leaderID,
 		LeaderElectionNamespace:       f.leaderNS,
 		LeaderElectionReleaseOnCancel: true,
+		// Only the Secrets labelled tiergate.dev/api-keys are listed,
+		// watched and kept.
+		Cache: cache.Options{ByObject: controllers.CacheByObject()},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("cannot create the manager: %w", err)
@@ -173,6 +189,18 @@ func startManager(ctx context.Context, mgr ctrl.Manager, log logr.Logger, f cont
 		return 1
 	}
 	return 0
+}
+
+// tokenSecretName parses --push-token-secret: "" or NAMESPACE/NAME.
+func tokenSecretName(s string) (types.NamespacedName, error) {
+	if s == "" {
+		return types.NamespacedName{}, nil
+	}
+	ns, name, ok := strings.Cut(s, "/")
+	if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
+		return types.NamespacedName{}, fmt.Errorf("--push-token-secret %q must be NAMESPACE/NAME", s)
+	}
+	return types.NamespacedName{Namespace: ns, Name: name}, nil
 }
 
 func restConfig(kubeconfig string) (*rest.Config, error) {

@@ -28,6 +28,9 @@ func TestControllerFlags(t *testing.T) {
 			`tiergate controller: --prometheus-address "http://:9090" must be an http or https URL`},
 		"a good prometheus address gets as far as the kubeconfig": {[]string{"--prometheus-address=https://prom.monitoring:9091", "--kubeconfig=/nonexistent/kubeconfig"}, 1,
 			"/nonexistent/kubeconfig: no such file or directory"},
+		"token Secret without a namespace": {[]string{"--push-token-secret=tok"}, 2, `tiergate controller: --push-token-secret "tok" must be NAMESPACE/NAME`},
+		"token Secret without a name":      {[]string{"--push-token-secret=ns/"}, 2, `tiergate controller: --push-token-secret "ns/" must be NAMESPACE/NAME`},
+		"token Secret with two slashes":    {[]string{"--push-token-secret=ns/a/b"}, 2, `tiergate controller: --push-token-secret "ns/a/b" must be NAMESPACE/NAME`},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

@@ -1,12 +1,10 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"os/signal"
 	"syscall"
 	"time"
@@ -17,6 +15,7 @@ import (
 	"github.com/tiergate/tiergate/dispatcher"
 	"github.com/tiergate/tiergate/dispatcher/fleet"
 	"github.com/tiergate/tiergate/dispatcher/server"
+	"github.com/tiergate/tiergate/internal/tokenfile"
 )
 
 func init() {
@@ -28,7 +27,8 @@ func runDispatcher(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	listen := fs.String("listen", ":8080", "data port address (clients)")
 	adminListen := fs.String("admin-listen", ":9090", "admin port address (policy API, healthz, readyz, metrics)")
-	tokenFile := fs.String("admin-token-file", "", "file holding the admin API's bearer token; without it PUT/GET /v1/* answer 401")
+	tokenFile := fs.String("admin-token-file", "", "file holding the admin API's bearer token, followed when it changes (a rotated Secret volume); without it PUT/GET /v1/* answer 401")
+	tokenGrace := fs.Duration("admin-token-grace", tokenfile.MaxGrace, "after --admin-token-file changes, how long the token it replaced is still accepted (0s to 60s)")
 	policyFile := fs.String("policy-file", "", "policy document (JSON or YAML) for standalone use; re-read when it changes")
 	var fleetCfg fleet.Config
 	fleet.AddFlags(fs, &fleetCfg) // --state, --redis-password-file, --redis-ca-file, --state-lease-ttl, --state-renew-interval
@@ -51,28 +51,29 @@ func runDispatcher(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	log = log.WithName("dispatcher")
-
-	var token []byte
-	if *tokenFile != "" {
-		b, err := os.ReadFile(*tokenFile)
-		if err != nil {
-			log.Error(err, "reading --admin-token-file")
-			return 2
-		}
-		if token = bytes.TrimSpace(b); len(token) == 0 {
-			log.Error(nil, "--admin-token-file is empty", "file", *tokenFile)
-			return 2
-		}
+	if *tokenGrace < 0 || *tokenGrace > tokenfile.MaxGrace {
+		fmt.Fprintf(stderr, "tiergate dispatcher: --admin-token-grace %s must be between 0s and %s\n", *tokenGrace, tokenfile.MaxGrace)
+		return 2
+	}
+	tokens, err := adminTokens(*tokenFile, *tokenGrace, log)
+	if err != nil {
+		log.Error(err, "cannot read --admin-token-file")
+		return 2
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 
-	d, err := dispatcher.New(dispatcher.Config{
-		Listen: *listen, AdminListen: *adminListen, AdminToken: token, PolicyFile: *policyFile,
+	cfg := dispatcher.Config{
+		Listen: *listen, AdminListen: *adminListen, PolicyFile: *policyFile,
 		DrainTimeout: *drainTimeout, MaxBodyBytes: *maxBody, BodyTimeout: *bodyTimeout,
 		ReadHeaderTimeout: *readHeaderTimeout, Fleet: fleetCfg, Log: log,
-	})
+	}
+	if tokens != nil {
+		cfg.AdminTokens = tokens
+		go tokens.Run(ctx)
+	}
+	d, err := dispatcher.New(cfg)
 	if err != nil {
 		log.Error(err, "bad configuration")
 		return 2
@@ -82,6 +83,22 @@ func runDispatcher(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// adminTokens follows the admin token file, which must hold a token at
+// start; nil without a file.
+func adminTokens(path string, grace time.Duration, log logr.Logger) (*tokenfile.Follower, error) {
+	if path == "" {
+		return nil, nil
+	}
+	f, err := tokenfile.New(tokenfile.Options{Path: path, Grace: grace, Log: log.WithName("admin-token")})
+	if err != nil {
+		return nil, err
+	}
+	if _, err := f.Poll(); err != nil {
+		return nil, err
+	}
+	return f, nil
 }
 
 // newLogger builds the dispatcher's logr.Logger on w.

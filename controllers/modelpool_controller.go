@@ -26,6 +26,10 @@ import (
 // +kubebuilder:rbac:groups=tiergate.dev,resources=modelpools;servicetiers;tenantquotas,verbs=get;list;watch
 // +kubebuilder:rbac:groups=tiergate.dev,resources=modelpools/status;servicetiers/status;tenantquotas/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;list;watch
+// Secrets: the cache's informer lists and watches only those labelled
+// tiergate.dev/api-keys (CacheByObject), but RBAC grants by name, not by
+// label, so list and watch are needed on all; get reads the metadata of a
+// referenced Secret the cache lacks.
 // +kubebuilder:rbac:groups="",resources=pods;secrets,verbs=get;list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
@@ -34,10 +38,15 @@ import (
 // pods, computes the bounds, writes the status of the pool and of its tiers
 // and quotas, and hands each dispatcher pod its policy through the Pusher.
 type PoolReconciler struct {
-	Client   client.Client
-	Recorder events.EventRecorder
-	Pusher   policySyncer
-	Clock    clock.PassiveClock
+	// Client reads through the manager's cache, which holds only the
+	// Secrets labelled APIKeysLabel (CacheByObject).
+	Client client.Client
+	// APIReader reads the API server directly: only the metadata of a
+	// referenced Secret the cache lacks, to report it as unlabelled.
+	APIReader client.Reader
+	Recorder  events.EventRecorder
+	Pusher    policySyncer
+	Clock     clock.PassiveClock
 	// ResyncPeriod is how often every dispatcher is pushed to even when it
 	// acknowledged the current version.
 	ResyncPeriod time.Duration
@@ -51,6 +60,9 @@ type PoolReconciler struct {
 	// PrometheusAddress is the serverAddress of a ScaledObject whose pool
 	// names none.
 	PrometheusAddress string
+	// TokenSecret (namespace/name) is named in conditions about refused
+	// push tokens; "" when the controller does not manage it.
+	TokenSecret string
 
 	mu    sync.Mutex
 	pools map[types.NamespacedName]*poolMemory
@@ -170,6 +182,7 @@ func (r *PoolReconciler) desire(pool *v1alpha1.ModelPool, obs *observed, c compu
 		ObservedService:   c.serviceTime,
 		Dispatchers:       dispatcherViews(targets, states),
 		UnreachableStrike: r.UnreachableStrike,
+		TokenSecret:       r.TokenSecret,
 	}, stamp)
 	if len(obs.tiers) > 0 {
 		d.targets = targets

@@ -9,7 +9,6 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
@@ -32,9 +31,10 @@ type observed struct {
 }
 
 type secretState struct {
-	name    string
-	missing bool
-	keys    []string // requested keys absent from the Secret
+	name       string
+	missing    bool
+	unlabelled bool     // it exists without APIKeysLabel: not read
+	keys       []string // requested keys absent from the Secret
 }
 
 // observe reads everything the pool's bounds depend on, from the cache.
@@ -109,25 +109,21 @@ func (r *PoolReconciler) tiersAndQuotas(ctx context.Context, pool *v1alpha1.Mode
 }
 
 // readAPIKeys hashes the keys of every quota's Secret into obs and notes
-// Secrets and keys that are missing.
+// Secrets that are missing or unlabelled and keys that are missing.
 func (r *PoolReconciler) readAPIKeys(ctx context.Context, ns string, obs *observed) error {
 	for _, q := range obs.quotas {
 		ref := q.Spec.APIKeySecretRef
 		if ref == nil {
 			continue
 		}
-		var secret corev1.Secret
-		err := r.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: ref.Name}, &secret)
-		switch {
-		case apierrors.IsNotFound(err):
-			obs.secretState[q.Name] = secretState{name: ref.Name, missing: true}
-			continue
-		case err != nil:
+		hashes, st, err := r.readAPIKeySecret(ctx, ns, ref)
+		if err != nil {
 			return err
 		}
-		hashes, missing := hashAPIKeys(&secret, ref.Keys)
-		obs.hashes[q.Name] = hashes
-		obs.secretState[q.Name] = secretState{name: ref.Name, keys: missing}
+		if hashes != nil {
+			obs.hashes[q.Name] = hashes
+		}
+		obs.secretState[q.Name] = st
 	}
 	return nil
 }

@@ -9,7 +9,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"sort"
 	"strings"
 	"sync"
@@ -81,9 +80,12 @@ type PodState struct {
 
 // PusherOptions configures a Pusher. Zero values take the defaults.
 type PusherOptions struct {
-	// TokenFile holds the bearer token; it is read before every push so a
-	// rotated mounted Secret takes effect. Empty sends no token.
+	// TokenFile holds the bearer token; it is followed through every push
+	// (pushtoken.go), so a rotated mounted Secret takes effect. Empty, and
+	// no Tokens, sends no token.
 	TokenFile string
+	// Tokens, when set, supplies the tokens instead of TokenFile.
+	Tokens TokenSource
 	// Timeout bounds one push attempt (default 5s).
 	Timeout time.Duration
 	// BackoffBase and BackoffMax bound the retry delay after a failure,
@@ -173,6 +175,13 @@ func NewPusher(opts PusherOptions) (*Pusher, error) {
 	opts.defaults()
 	if err := opts.validate(); err != nil {
 		return nil, err
+	}
+	if opts.Tokens == nil {
+		t, err := newPushTokens(opts.TokenFile, opts.Clock)
+		if err != nil {
+			return nil, err
+		}
+		opts.Tokens = t
 	}
 	return &Pusher{
 		opts: opts,
@@ -411,7 +420,7 @@ func (p *Pusher) push(ctx context.Context, t Target) attempt {
 }
 
 func (p *Pusher) pushOnce(ctx context.Context, t Target) attempt {
-	token, err := p.token()
+	tokens, err := p.opts.Tokens.PushTokens()
 	if err != nil {
 		return attempt{result: PushFailed, err: fmt.Errorf("%w: %v", ErrPushFailed, err)}
 	}
@@ -421,7 +430,7 @@ func (p *Pusher) pushOnce(ctx context.Context, t Target) attempt {
 	}
 	ctx, cancel := context.WithTimeout(ctx, p.opts.Timeout)
 	defer cancel()
-	code, answer, err := p.put(ctx, t.Address, token, body)
+	code, answer, err := p.putWithTokens(ctx, t.Address, tokens, body)
 	if err != nil {
 		return attempt{result: PushUnreachable, err: fmt.Errorf("%w: %s: %v", ErrPushUnreachable, t.Address, err)}
 	}
@@ -505,17 +514,6 @@ func (p *Pusher) put(ctx context.Context, address, token string, body []byte) (i
 		return 0, nil, err
 	}
 	return resp.StatusCode, answer, nil
-}
-
-func (p *Pusher) token() (string, error) {
-	if p.opts.TokenFile == "" {
-		return "", nil
-	}
-	b, err := os.ReadFile(p.opts.TokenFile)
-	if err != nil {
-		return "", fmt.Errorf("reading the push token: %w", err)
-	}
-	return strings.TrimSpace(string(b)), nil
 }
 
 // summarize shortens a dispatcher's answer for a condition message.

@@ -279,7 +279,7 @@ func TestPushClassifiesOtherAnswers(t *testing.T) {
 		"nothing listening": {unreachable: true, wantResult: PushUnreachable, wantErr: ErrPushUnreachable,
 			wantMsg: `dispatcher unreachable: ADDR: Put "http://ADDR/v1/policy": dial tcp ADDR: connect: connection refused`},
 		"an unreadable token file": {noTokenFile: true, wantResult: PushFailed, wantErr: ErrPushFailed,
-			wantMsg: "push failed: reading the push token: open TOKENFILE: no such file or directory"},
+			wantMsg: "push failed: reading the push token: token file: stat TOKENFILE: no such file or directory"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

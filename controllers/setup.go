@@ -62,8 +62,16 @@ var fieldIndexes = []fieldIndex{
 
 // Options configures the controllers. Zero values take the defaults.
 type Options struct {
-	// PushTokenFile holds the bearer token sent with every push.
+	// PushTokenFile holds the bearer token sent with every push; it is
+	// followed as the kubelet rotates the mounted Secret.
 	PushTokenFile string
+	// PushTokenSecret, when named, is the push token Secret the controller
+	// creates with a random token under PushTokenSecretKey (default
+	// "token") when it is missing; its token serves until PushTokenFile
+	// exists. Checked every PushTokenSecretInterval (default 30s).
+	PushTokenSecret         types.NamespacedName
+	PushTokenSecretKey      string
+	PushTokenSecretInterval time.Duration
 	// PushTimeout bounds one push (default 5s).
 	PushTimeout time.Duration
 	// ResyncPeriod re-pushes to every dispatcher even when it is current
@@ -112,6 +120,12 @@ func (o *Options) defaults() {
 	if o.Clock == nil {
 		o.Clock = clock.RealClock{}
 	}
+	if o.PushTokenSecretKey == "" {
+		o.PushTokenSecretKey = "token"
+	}
+	if o.PushTokenSecretInterval == 0 {
+		o.PushTokenSecretInterval = 30 * time.Second
+	}
 }
 
 func (o *Options) validate() error {
@@ -126,6 +140,10 @@ func (o *Options) validate() error {
 		return fmt.Errorf("%w: measured tolerance %v must be in [0, 1)", ErrInvalidOptions, o.MeasuredTolerance)
 	case o.UnreachableStrike < 1:
 		return fmt.Errorf("%w: unreachable strike %d must be at least 1", ErrInvalidOptions, o.UnreachableStrike)
+	case o.PushTokenSecretInterval < 0:
+		return fmt.Errorf("%w: push token Secret interval %s must be positive", ErrInvalidOptions, o.PushTokenSecretInterval)
+	case (o.PushTokenSecret.Name == "") != (o.PushTokenSecret.Namespace == ""):
+		return fmt.Errorf("%w: push token Secret %q needs both a namespace and a name", ErrInvalidOptions, o.PushTokenSecret.String())
 	}
 	return nil
 }
@@ -144,8 +162,12 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 	if err := mgr.Add(notes); err != nil {
 		return err
 	}
+	tokens, err := setupPushTokens(mgr, opts)
+	if err != nil {
+		return err
+	}
 	pusher, err := NewPusher(PusherOptions{
-		TokenFile:   opts.PushTokenFile,
+		Tokens:      tokens,
 		Timeout:     opts.PushTimeout,
 		BackoffBase: opts.BackoffBase,
 		BackoffMax:  opts.BackoffMax,
@@ -161,6 +183,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 	}
 	pools := &PoolReconciler{
 		Client:                 mgr.GetClient(),
+		APIReader:              mgr.GetAPIReader(),
 		Recorder:               mgr.GetEventRecorder("tiergate-controller"),
 		Pusher:                 pusher,
 		Clock:                  opts.Clock,
@@ -169,6 +192,9 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 		MeasuredTolerance:      opts.MeasuredTolerance,
 		UnreachableStrike:      opts.UnreachableStrike,
 		PrometheusAddress:      opts.PrometheusAddress,
+	}
+	if opts.PushTokenSecret.Name != "" {
+		pools.TokenSecret = opts.PushTokenSecret.String()
 	}
 	if err := setupPoolController(mgr, pools, notes, opts.MaxConcurrentReconciles); err != nil {
 		return err

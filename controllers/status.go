@@ -30,6 +30,9 @@ type poolView struct {
 	ObservedService   time.Duration // 0 when nothing measured yet
 	Dispatchers       []dispatcherView
 	UnreachableStrike int // consecutive failures before an unreachable pod degrades the pool
+	// TokenSecret is the push token Secret as namespace/name, "" when the
+	// controller does not manage it; condition messages name it.
+	TokenSecret string
 }
 
 // dispatcherView is one dispatcher pod as the status sees it.
@@ -150,17 +153,37 @@ func poolSynced(v poolView, c v1alpha1.DispatcherCounts) (bool, string, string) 
 		return false, string(v1alpha1.ReasonNoDispatchers), "no pod with an IP matches spec.dispatchers.selector"
 	case !v.HasTiers:
 		return false, string(v1alpha1.ReasonNoTiers), "no policy to push: the pool has no ServiceTier"
-	case c.Synced == c.Total:
-		return true, string(v1alpha1.ReasonAllSynced), fmt.Sprintf("%d/%d dispatchers hold policy version %d", c.Total, c.Total, v.Version)
 	}
-	var behind []string
+	var behind, refused []string
 	for _, d := range v.Dispatchers {
 		if d.Acked != v.Version {
 			behind = append(behind, d.Name)
 		}
+		// A pod that refused the token holds what it has and will take
+		// no new policy, even if it holds the current one.
+		if d.State.Result == PushUnauthorized {
+			refused = append(refused, d.Name)
+		}
 	}
-	return false, string(v1alpha1.ReasonSyncPending),
-		fmt.Sprintf("%d/%d dispatchers hold policy version %d; waiting for %s", c.Synced, c.Total, v.Version, listNames(behind))
+	held := fmt.Sprintf("%d/%d dispatchers hold policy version %d", c.Synced, c.Total, v.Version)
+	if len(refused) > 0 {
+		return false, string(v1alpha1.ReasonPushUnauthorized),
+			fmt.Sprintf("%s refused the push token (401) and will take no new policy; %s; %s", listNames(refused), held, tokenAdvice(v.TokenSecret))
+	}
+	if c.Synced == c.Total {
+		return true, string(v1alpha1.ReasonAllSynced), held
+	}
+	return false, string(v1alpha1.ReasonSyncPending), fmt.Sprintf("%s; waiting for %s", held, listNames(behind))
+}
+
+// tokenAdvice says what to check when dispatchers refuse the push token.
+func tokenAdvice(secret string) string {
+	what := "the push token Secret"
+	if secret != "" {
+		what += " " + secret
+	}
+	return "check " + what + ": the controller's --push-token-file and every dispatcher's --admin-token-file must hold its token " +
+		"(after a rotation both follow their file within seconds, and the replaced token is accepted for up to 60s)"
 }
 
 func horizonReason(b capacity.PoolBounds) string {
@@ -262,10 +285,14 @@ type quotaView struct {
 	Tenant        capacity.TenantBounds
 	TierMissing   bool
 	PoolMissing   bool
+	Namespace     string
 	SecretName    string
 	SecretMissing bool
-	KeysMissing   []string
-	Share         string
+	// SecretUnlabelled: the Secret exists without APIKeysLabel, so the
+	// controller read none of it.
+	SecretUnlabelled bool
+	KeysMissing      []string
+	Share            string
 }
 
 // desiredQuotaStatus computes a TenantQuota's status.
@@ -290,6 +317,9 @@ func desiredQuotaStatus(cur v1alpha1.TenantQuotaStatus, v quotaView, now metav1.
 		cond(false, string(v1alpha1.ReasonDuplicateTenant), fmt.Sprintf("TenantQuota %q, created earlier, already places tenant %q; this one is ignored", v.Tenant.DuplicateOf, v.Tenant.Tenant))
 	case v.SecretMissing:
 		cond(false, string(v1alpha1.ReasonSecretNotFound), fmt.Sprintf("Secret %q does not exist; tenant %q is in the policy with no API keys", v.SecretName, v.Tenant.Tenant))
+	case v.SecretUnlabelled:
+		cond(false, string(v1alpha1.ReasonSecretNotLabelled), fmt.Sprintf("Secret %q lacks the label %s: \"true\", so the controller does not read it and tenant %q is in the policy with no API keys; "+
+			"label it with: kubectl label secret %s -n %s %s=true", v.SecretName, v1alpha1.APIKeysLabel, v.Tenant.Tenant, v.SecretName, v.Namespace, v1alpha1.APIKeysLabel))
 	case len(v.KeysMissing) > 0:
 		cond(false, string(v1alpha1.ReasonSecretKeyMissing), fmt.Sprintf("Secret %q has no non-empty key %s; the other %d keys are in force", v.SecretName, strings.Join(v.KeysMissing, ", "), st.APIKeys))
 	default:

@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/tiergate/tiergate/api/v1alpha1"
 	"github.com/tiergate/tiergate/capacity"
@@ -80,15 +81,30 @@ func TestDesiredPoolStatus(t *testing.T) {
 				Dispatchers: []dispatcherView{{Name: "d-0", Ready: true, Acked: 7}, {Name: "d-1", Acked: 0, State: unauthorized}}},
 			counts: v1alpha1.DispatcherCounts{Total: 2, Ready: 1, Synced: 1},
 			want: map[string]condRow{"Ready": ready, "AgeingHorizonExceedsClientTimeout": horizon,
-				"Synced":   {"Synced", "False", "SyncPending", "1/2 dispatchers hold policy version 7; waiting for d-1"},
+				"Synced": {"Synced", "False", "PushUnauthorized", "d-1 refused the push token (401) and will take no new policy; 1/2 dispatchers hold policy version 7; " +
+					"check the push token Secret: the controller's --push-token-file and every dispatcher's --admin-token-file must hold its token " +
+					"(after a rotation both follow their file within seconds, and the replaced token is accepted for up to 60s)"},
 				"Degraded": {"Degraded", "True", "PushUnauthorized", "d-1 refused the push token (check --push-token-file against the dispatchers' --admin-token-file): dispatcher refused the push token: 10.0.0.2:9090 answered 401"}},
 		},
 		"a token refusal outranks a rejected policy and an unreachable pod": {
 			view: poolView{DeploymentFound: true, Bounds: seedBounds(t, 6, 3), Backends: 6, HasTiers: true, Version: 2, UnreachableStrike: 3,
-				Dispatchers: []dispatcherView{{Name: "d-2", State: unreachable(5)}, {Name: "d-1", State: rejected}, {Name: "d-0", State: unauthorized}}},
+				Dispatchers: []dispatcherView{{Name: "d-2", State: unreachable(5)}, {Name: "d-1", State: rejected}, {Name: "d-0", State: unauthorized}},
+				TokenSecret: "tiergate-system/tiergate-push-token"},
 			counts: v1alpha1.DispatcherCounts{Total: 3},
 			want: map[string]condRow{"Ready": ready, "AgeingHorizonExceedsClientTimeout": horizon,
-				"Synced":   {"Synced", "False", "SyncPending", "0/3 dispatchers hold policy version 2; waiting for d-0, d-1, d-2"},
+				"Synced": {"Synced", "False", "PushUnauthorized", "d-0 refused the push token (401) and will take no new policy; 0/3 dispatchers hold policy version 2; " +
+					"check the push token Secret tiergate-system/tiergate-push-token: the controller's --push-token-file and every dispatcher's --admin-token-file must hold its token " +
+					"(after a rotation both follow their file within seconds, and the replaced token is accepted for up to 60s)"},
+				"Degraded": {"Degraded", "True", "PushUnauthorized", "d-0 refused the push token (check --push-token-file against the dispatchers' --admin-token-file): dispatcher refused the push token: 10.0.0.2:9090 answered 401"}},
+		},
+		"a resync refused: the pod holds the version but takes no new one": {
+			view: poolView{DeploymentFound: true, Bounds: seedBounds(t, 6, 1), Backends: 6, HasTiers: true, Version: 4,
+				Dispatchers: []dispatcherView{{Name: "d-0", Ready: true, Acked: 4, State: unauthorized}}},
+			counts: v1alpha1.DispatcherCounts{Total: 1, Ready: 1, Synced: 1},
+			want: map[string]condRow{"Ready": ready, "AgeingHorizonExceedsClientTimeout": horizon,
+				"Synced": {"Synced", "False", "PushUnauthorized", "d-0 refused the push token (401) and will take no new policy; 1/1 dispatchers hold policy version 4; " +
+					"check the push token Secret: the controller's --push-token-file and every dispatcher's --admin-token-file must hold its token " +
+					"(after a rotation both follow their file within seconds, and the replaced token is accepted for up to 60s)"},
 				"Degraded": {"Degraded", "True", "PushUnauthorized", "d-0 refused the push token (check --push-token-file against the dispatchers' --admin-token-file): dispatcher refused the push token: 10.0.0.2:9090 answered 401"}},
 		},
 		"a rejected policy": {
@@ -309,6 +325,10 @@ func TestDesiredQuotaStatus(t *testing.T) {
 			condRow{"Ready", "False", "SecretNotFound", `Secret "keys" does not exist; tenant "acme" is in the policy with no API keys`}},
 		"secret key missing": {quotaView{Pool: "llm", Tenant: acme, SecretName: "keys", KeysMissing: []string{"k3"}}, 6, 2, "llm",
 			condRow{"Ready", "False", "SecretKeyMissing", `Secret "keys" has no non-empty key k3; the other 2 keys are in force`}},
+		"secret not labelled": {quotaView{Pool: "llm", Namespace: "prod", Tenant: capacity.TenantBounds{Tenant: "acme", Tier: "premium", EffectiveLimit: 6},
+			SecretName: "db-creds", SecretUnlabelled: true}, 6, 0, "llm",
+			condRow{"Ready", "False", "SecretNotLabelled", `Secret "db-creds" lacks the label tiergate.dev/api-keys: "true", so the controller does not read it and tenant "acme" is in the policy with no API keys; ` +
+				`label it with: kubectl label secret db-creds -n prod tiergate.dev/api-keys=true`}},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -352,6 +372,13 @@ func TestOptionsValidate(t *testing.T) {
 		"negative timeout":    {Options{PushTimeout: -time.Second}, "invalid controller options: push timeout -1s must be positive"},
 		"tolerance of 1":      {Options{MeasuredTolerance: 1}, "invalid controller options: measured tolerance 1 must be in [0, 1)"},
 		"negative completion": {Options{MeasuredMinCompletions: -1}, "invalid controller options: measured min completions -1 must be positive"},
+		"a token Secret":      {Options{PushTokenSecret: types.NamespacedName{Namespace: "ns", Name: "tok"}}, ""},
+		"negative token Secret interval": {Options{PushTokenSecretInterval: -time.Second},
+			"invalid controller options: push token Secret interval -1s must be positive"},
+		"a token Secret without a namespace": {Options{PushTokenSecret: types.NamespacedName{Name: "tok"}},
+			`invalid controller options: push token Secret "/tok" needs both a namespace and a name`},
+		"a token Secret without a name": {Options{PushTokenSecret: types.NamespacedName{Namespace: "ns"}},
+			`invalid controller options: push token Secret "ns/" needs both a namespace and a name`},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

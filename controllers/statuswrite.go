@@ -145,12 +145,14 @@ func (r *PoolReconciler) writeQuotaStatus(ctx context.Context, pool *v1alpha1.Mo
 		q := &obs.quotas[i]
 		ss := obs.secretState[q.Name]
 		st := desiredQuotaStatus(q.Status, quotaView{
-			Generation:    q.Generation,
-			Pool:          pool.Name,
-			Tenant:        byQuota[q.Name],
-			SecretName:    ss.name,
-			SecretMissing: ss.missing,
-			KeysMissing:   ss.keys,
+			Generation:       q.Generation,
+			Pool:             pool.Name,
+			Tenant:           byQuota[q.Name],
+			Namespace:        q.Namespace,
+			SecretName:       ss.name,
+			SecretMissing:    ss.missing,
+			SecretUnlabelled: ss.unlabelled,
+			KeysMissing:      ss.keys,
 		}, stamp)
 		if _, err := patchStatus(ctx, r.Client, q, &q.Status, st, lastWriteWins); client.IgnoreNotFound(err) != nil {
 			return err

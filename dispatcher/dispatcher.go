@@ -33,6 +33,9 @@ type Config struct {
 	AdminListen string // admin port, default ":9090"
 	// AdminToken is the admin API's bearer token; empty disables /v1/*.
 	AdminToken []byte
+	// AdminTokens, when set, checks the bearer token instead of
+	// AdminToken (a tokenfile.Follower of a rotated token file).
+	AdminTokens admin.Tokens
 	// PolicyFile, when set, is loaded at start and re-read when it changes.
 	PolicyFile         string
 	PolicyPollInterval time.Duration // default 1s
@@ -169,7 +172,7 @@ func (d *Dispatcher) build() error {
 	if err != nil {
 		return err
 	}
-	d.admin, err = admin.New(admin.Config{Token: cfg.AdminToken, Gatherer: cfg.Registry, Log: cfg.Log.WithName("admin")}, d)
+	d.admin, err = admin.New(admin.Config{Token: cfg.AdminToken, Tokens: cfg.AdminTokens, Gatherer: cfg.Registry, Log: cfg.Log.WithName("admin")}, d)
 	return err
 }
 

@@ -36,7 +36,8 @@ type TenantQuotaSpec struct {
 	MaxConcurrency *int32 `json:"maxConcurrency,omitempty"`
 
 	// apiKeySecretRef holds this tenant's API keys (APIKey mode). Only their
-	// SHA-256 hashes leave the controller.
+	// SHA-256 hashes leave the controller. The Secret must carry the label
+	// tiergate.dev/api-keys: "true"; the controller reads no other Secret.
 	// +optional
 	APIKeySecretRef *SecretKeysReference `json:"apiKeySecretRef,omitempty"`
 }
@@ -76,7 +77,14 @@ const (
 	ReasonSecretNotFound   TenantQuotaReason = "SecretNotFound"
 	ReasonSecretKeyMissing TenantQuotaReason = "SecretKeyMissing"
 	ReasonDuplicateTenant  TenantQuotaReason = "DuplicateTenant"
+	// ReasonSecretNotLabelled: the Secret exists but lacks APIKeysLabel,
+	// so the controller does not read it and pushes none of its keys.
+	ReasonSecretNotLabelled TenantQuotaReason = "SecretNotLabelled"
 )
+
+// APIKeysLabel marks the Secrets that hold API keys. The controller's
+// cache holds only Secrets with this label set to "true".
+const APIKeysLabel = "tiergate.dev/api-keys"
 
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status

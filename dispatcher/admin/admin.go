@@ -1,8 +1,6 @@
 package admin
 
 import (
-	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -36,8 +34,10 @@ const defaultMaxPolicyBytes = 8 << 20
 
 // Config of the admin handler.
 type Config struct {
-	// Token is the bearer token; empty disables the /v1 endpoints.
+	// Token is a fixed bearer token. Tokens, when set, is used instead;
+	// with neither the /v1 endpoints are disabled.
 	Token    []byte
+	Tokens   Tokens
 	Gatherer prometheus.Gatherer
 	// MaxPolicyBytes bounds a pushed policy; 0 is 8 MiB.
 	MaxPolicyBytes int64
@@ -45,9 +45,9 @@ type Config struct {
 }
 
 type handler struct {
-	cfg       Config
-	tokenHash [sha256.Size]byte
-	d         Dispatcher
+	cfg    Config
+	tokens Tokens // nil: the /v1 endpoints are disabled
+	d      Dispatcher
 }
 
 // New returns the admin port's handler.
@@ -61,7 +61,7 @@ func New(cfg Config, d Dispatcher) (http.Handler, error) {
 	if cfg.Gatherer == nil {
 		return nil, errors.New("admin: Gatherer is required")
 	}
-	h := &handler{cfg: cfg, d: d, tokenHash: sha256.Sum256(cfg.Token)}
+	h := &handler{cfg: cfg, d: d, tokens: tokensOf(cfg)}
 	mux := http.NewServeMux()
 	mux.Handle("PUT /v1/policy", h.auth(h.putPolicy))
 	mux.Handle("GET /v1/policy", h.auth(h.getPolicy))
@@ -97,7 +97,7 @@ func (h *handler) auth(next http.HandlerFunc) http.Handler {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="tiergate-admin"`)
 			writeError(w, http.StatusUnauthorized, policy.AdminErrorDetail{Type: policy.AdminUnauthenticated, Message: msg})
 		}
-		if len(h.cfg.Token) == 0 {
+		if h.tokens == nil {
 			deny("the admin API is disabled: the dispatcher was started without --admin-token-file")
 			return
 		}
@@ -106,9 +106,7 @@ func (h *handler) auth(next http.HandlerFunc) http.Handler {
 			deny(`missing bearer token; send "Authorization: Bearer <token>"`)
 			return
 		}
-		// Compare hashes so neither the content nor the length leaks.
-		got := sha256.Sum256([]byte(tok))
-		if subtle.ConstantTimeCompare(got[:], h.tokenHash[:]) != 1 {
+		if !h.tokens.Verify([]byte(tok)) {
 			deny("wrong bearer token")
 			return
 		}

@@ -14,6 +14,10 @@
 // {field, message}) for an invalid policy and "current_version" for a
 // stale one.
 //
-// Concurrency: the handler is stateless apart from the token, which is
-// immutable; the Dispatcher it drives must be safe for concurrent use.
+// The bearer token is checked in constant time by a Tokens: a fixed token,
+// or a tokenfile.Follower that follows a rotated token file and accepts
+// the replaced token for a grace of at most 60 s.
+//
+// Concurrency: the handler is stateless; its Tokens and the Dispatcher it
+// drives must be safe for concurrent use.
 package admin

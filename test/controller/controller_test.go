@@ -328,7 +328,7 @@ spec:
 
 	t.Run("rotating the Secret changes the hash", func(t *testing.T) {
 		sum := func(s string) string { h := sha256.Sum256([]byte(s)); return hex.EncodeToString(h[:]) }
-		secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: e.ns, Name: "acme-keys"}, Data: map[string][]byte{"key": []byte("sk-acme-one\n")}}
+		secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: e.ns, Name: "acme-keys", Labels: map[string]string{v1alpha1.APIKeysLabel: "true"}}, Data: map[string][]byte{"key": []byte("sk-acme-one\n")}}
 		if err := k8s.Create(ctx, secret); err != nil {
 			t.Fatal(err)
 		}
@@ -464,7 +464,14 @@ func TestWrongTokenDegrades(t *testing.T) {
 		if c := condition(st.Conditions, v1alpha1.ModelPoolDegraded); !strings.Contains(c.Message, bad.pod) || strings.Contains(c.Message, good.pod) {
 			return fmt.Errorf("message %q should name %s only", c.Message, bad.pod)
 		}
-		return conditionIs(st.Conditions, v1alpha1.ModelPoolSynced, metav1.ConditionFalse, "SyncPending")
+		if err := conditionIs(st.Conditions, v1alpha1.ModelPoolSynced, metav1.ConditionFalse, "PushUnauthorized"); err != nil {
+			return err
+		}
+		want := bad.pod + " refused the push token (401) and will take no new policy; 1/2 dispatchers hold policy version "
+		if c := condition(st.Conditions, v1alpha1.ModelPoolSynced); !strings.HasPrefix(c.Message, want) || !strings.Contains(c.Message, "check the push token Secret") {
+			return fmt.Errorf("Synced message %q, want it to start %q and say to check the token Secret", c.Message, want)
+		}
+		return nil
 	})
 	if err := hasEvent(e.ns, "llm", corev1.EventTypeWarning, "PushUnauthorized", bad.pod); err != nil {
 		t.Error(err)

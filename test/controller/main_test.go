@@ -33,6 +33,7 @@ var (
 	kubectl    testutil.Tool // bin/k8s/kubectl as the envtest admin
 	ctrlConfig string        // kubeconfig of the controller's service account user
 	pushToken  string        // the controller's --push-token-file
+	auditLog   string        // the API server's audit log of Secret requests
 	k8s        client.Client
 	testEnv    *envtest.Environment
 	ctrlProc   *controllerProcess
@@ -109,8 +110,18 @@ func setUp() error {
 	if err := v1alpha1.AddToScheme(scheme); err != nil {
 		return err
 	}
+	// Every request for a Secret is audited, with its answer, so tests can
+	// show which Secrets the controller asked for and received.
+	auditPolicy := filepath.Join(tmpDir, "audit-policy.yaml")
+	if err := os.WriteFile(auditPolicy, []byte(secretsAuditPolicy), 0o600); err != nil {
+		return err
+	}
+	auditLog = filepath.Join(tmpDir, "audit.log")
 	var cfg *rest.Config
-	if testEnv, cfg, err = controlplane.Start(root, assets, scheme); err != nil {
+	if testEnv, cfg, err = controlplane.Start(root, assets, scheme,
+		controlplane.WithAPIServerFlag("audit-policy-file", auditPolicy),
+		controlplane.WithAPIServerFlag("audit-log-path", auditLog),
+		controlplane.WithAPIServerFlag("audit-log-format", "json")); err != nil {
 		return err
 	}
 	if k8s, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {

@@ -238,24 +238,11 @@ func runControllerAsServiceAccount(t *testing.T, ns, release string) {
 	deploy := find(t, objs, "Deployment", release+"-tiergate-controller")
 	sa := "system:serviceaccount:" + ns + ":" + field[string](t, deploy, "spec", "template", "spec", "serviceAccountName")
 
-	// A kubeconfig that impersonates the ServiceAccount.
-	cfg, err := clientcmd.LoadFromFile(controlPlane(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, ai := range cfg.AuthInfos {
-		ai.Impersonate = sa
-		ai.ImpersonateGroups = []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"}
-	}
+	kubeconfig := impersonating(t, ns, sa)
 	dir := t.TempDir()
-	kubeconfig := filepath.Join(dir, "kubeconfig")
-	if err := clientcmd.WriteToFile(*cfg, kubeconfig); err != nil {
-		t.Fatal(err)
-	}
-	tokenFile := filepath.Join(dir, "token")
-	if err := os.WriteFile(tokenFile, []byte(pushToken(t, ns, release+"-tiergate-push-token", "token")), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	// The controller creates the token Secret; its optional volume stays
+	// empty here (no kubelet fills it in).
+	tokenFile := filepath.Join(dir, "push-token", "token")
 	probe, metricsAddr := testutil.FreeAddr(t, "127.0.0.1"), testutil.FreeAddr(t, "127.0.0.1")
 	argv := rewrite(t, args(t, deploy), map[string]string{
 		"metrics-bind-address":      metricsAddr,
@@ -274,6 +261,16 @@ func runControllerAsServiceAccount(t *testing.T, ns, release string) {
 		}
 		if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity == "" {
 			return errors.New("no holder")
+		}
+		return nil
+	})
+	testutil.Eventually(t, 30*time.Second, "the controller creates the push token Secret", func() error {
+		sec, err := cs.CoreV1().Secrets(ns).Get(context.Background(), release+"-tiergate-push-token", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if by := sec.Labels["app.kubernetes.io/managed-by"]; by != "tiergate-controller" || len(sec.Data["token"]) != 48 {
+			return fmt.Errorf("managed by %q, token of %d bytes", by, len(sec.Data["token"]))
 		}
 		return nil
 	})
@@ -345,6 +342,26 @@ func runControllerAsServiceAccount(t *testing.T, ns, release string) {
 	if h := l.Spec.HolderIdentity; h != nil && *h != "" {
 		t.Errorf("Lease still held by %q after a clean stop (release on cancel needs update)", *h)
 	}
+}
+
+// impersonating writes a kubeconfig of the control plane's admin that
+// impersonates the ServiceAccount user sa of namespace ns, so requests are
+// authorized as that ServiceAccount.
+func impersonating(t *testing.T, ns, sa string) string {
+	t.Helper()
+	cfg, err := clientcmd.LoadFromFile(controlPlane(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ai := range cfg.AuthInfos {
+		ai.Impersonate = sa
+		ai.ImpersonateGroups = []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"}
+	}
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := clientcmd.WriteToFile(*cfg, kubeconfig); err != nil {
+		t.Fatal(err)
+	}
+	return kubeconfig
 }
 
 // The chart's fleet-mode flags, run: a real redis-server with a password,

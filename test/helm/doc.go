@@ -6,10 +6,9 @@
 //   - lint_test.go: helm lint, also --strict, with the default and the
 //     all-options values.
 //   - golden_test.go: helm template output against testdata/*.golden. Run
-//     `go test ./test/helm -run TestGolden -update` to rewrite them. The
-//     generated push token is random, so the default golden has that one
-//     field replaced by a placeholder after the test checked its shape; the
-//     all-options values set pushToken.value and need no normalising.
+//     `go test ./test/helm -run TestGolden -update` to rewrite them. No
+//     render holds a random token (the controller creates the Secret), so
+//     two renders are byte for byte the same.
 //   - render_test.go: properties of the rendered objects (ports, flags,
 //     mounts, security contexts, RBAC subjects) and every refusal of bad
 //     values, by its exact message.
@@ -24,12 +23,17 @@
 //     Deployments exist but never run): install, every object exists, the
 //     CRDs are Established, kubectl apply -f config/samples, RBAC as seen by
 //     the API server's authorizer (including a real client-go leader
-//     election as the controller's ServiceAccount), upgrade keeps the token,
-//     uninstall leaves only the CRDs. The all-options install runs too; its
+//     election as the controller's ServiceAccount), upgrade keeps the token
+//     Secret an earlier chart generated, uninstall leaves only the CRDs. The all-options install runs too; its
 //     ServiceMonitor and PrometheusRule are stored through minimal
 //     stand-in CRDs (testdata/monitoring-crds.yaml) that accept any spec,
 //     so their schema is checked by promtool and by the goldens, not by the
 //     API server.
+//   - token_test.go: `helm template` twice, both applied, then the real
+//     controller (as the chart's ServiceAccount) creates the push token
+//     Secret and the real dispatcher, reading it from a volume laid out and
+//     swapped as the kubelet does, takes its pushes through a rotation; a
+//     token the dispatcher refuses shows as Synced=False PushUnauthorized.
 //
 // Concurrency: tests run sequentially (none calls t.Parallel); the envtest
 // control plane is started once, on first use, and stopped by TestMain.

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
-	"regexp"
 	"sort"
 	"strings"
 	"sync"
@@ -168,8 +167,9 @@ func TestInstallUpgradeUninstall(t *testing.T) {
 		"NetworkPolicy/tiergate-dispatcher",
 		"PodDisruptionBudget/tiergate-dispatcher",
 		"Role/tiergate-controller-leader-election",
+		"Role/tiergate-controller-push-token",
 		"RoleBinding/tiergate-controller-leader-election",
-		"Secret/tiergate-push-token",
+		"RoleBinding/tiergate-controller-push-token",
 		"Service/tiergate-dispatcher",
 		"ServiceAccount/tiergate-controller",
 		"ServiceAccount/tiergate-dispatcher",
@@ -235,25 +235,23 @@ func TestInstallUpgradeUninstall(t *testing.T) {
 		}
 	})
 
-	token := pushToken(t, ns, "tiergate-push-token", "token")
-	if !regexp.MustCompile(`^[A-Za-z0-9]{48}$`).MatchString(token) {
-		t.Fatalf("generated push token %q is not 48 alphanumerics", token)
-	}
-
-	t.Run("upgrade keeps the token", func(t *testing.T) {
-		helmKube(t, "upgrade", release, chartDir, "--namespace", ns, "--set", "dispatcher.replicas=3")
-		if got := pushToken(t, ns, "tiergate-push-token", "token"); got != token {
-			t.Errorf("token after upgrade = %q, want the installed %q", got, token)
+	// No controller runs here, so nothing creates the token Secret.
+	noTokenSecret := func(t *testing.T) {
+		t.Helper()
+		if out := kubectl(t, "get", "secret", "tiergate-push-token", "-n", ns, "--ignore-not-found", "-o", "name"); out != "" {
+			t.Errorf("the chart made the token Secret: %s", out)
 		}
+	}
+	noTokenSecret(t)
+
+	t.Run("upgrade", func(t *testing.T) {
+		helmKube(t, "upgrade", release, chartDir, "--namespace", ns, "--set", "dispatcher.replicas=3")
 		// The upgrade did apply: the new replica count is live.
 		if got := kubectl(t, "get", "deployment", "tiergate-dispatcher", "--namespace", ns, "-o", "jsonpath={.spec.replicas}"); got != "3" {
 			t.Errorf("dispatcher replicas after upgrade = %s, want 3", got)
 		}
-		// And a second upgrade, with no values changed, keeps it too.
 		helmKube(t, "upgrade", release, chartDir, "--namespace", ns, "--reuse-values")
-		if got := pushToken(t, ns, "tiergate-push-token", "token"); got != token {
-			t.Errorf("token after the second upgrade = %q, want %q", got, token)
-		}
+		noTokenSecret(t)
 		var status struct {
 			Version int `json:"version"`
 		}
@@ -284,6 +282,31 @@ func TestInstallUpgradeUninstall(t *testing.T) {
 			t.Errorf("the sample ModelPool is gone after uninstall: %q", got)
 		}
 	})
+}
+
+// A release whose chart rendered the token Secret (an earlier chart
+// version did so with the defaults) keeps it, token and all, through
+// upgrades to values that leave the Secret to the controller: Helm would
+// delete a Secret the new render lacks.
+func TestUpgradeKeepsAChartRenderedToken(t *testing.T) {
+	const ns = "tg-legacy-token"
+	const token = "a-token-an-earlier-chart-generated-0123456789"
+	controlPlane(t)
+	kubectl(t, "create", "namespace", ns)
+	helmKube(t, "install", "legacy", chartDir, "--namespace", ns, "--set", "pushToken.value="+token)
+	for i := 1; i <= 2; i++ {
+		helmKube(t, "upgrade", "legacy", chartDir, "--namespace", ns, "--reset-values")
+		if got := pushToken(t, ns, "legacy-tiergate-push-token", "token"); got != token {
+			t.Errorf("token after upgrade %d = %q, want the rendered %q", i, got, token)
+		}
+		if m := helmKube(t, "get", "manifest", "legacy", "--namespace", ns); !strings.Contains(m, "name: legacy-tiergate-push-token\n") {
+			t.Errorf("upgrade %d: the Secret left the release", i)
+		}
+	}
+	helmKube(t, "uninstall", "legacy", "--namespace", ns, "--wait", "--timeout", "60s")
+	if out := kubectl(t, "get", "secret", "legacy-tiergate-push-token", "-n", ns, "--ignore-not-found", "-o", "name"); out != "" {
+		t.Errorf("the release's Secret outlived uninstall: %s", out)
+	}
 }
 
 func TestInstallAllOptions(t *testing.T) {
@@ -386,7 +409,14 @@ func TestRBAC(t *testing.T) {
 		"controller lists pods":                   {controller, []string{"list", "pods", "-A"}, true},
 		"controller cannot delete pods":           {controller, []string{"delete", "pods", "-A"}, false},
 		"controller reads secrets":                {controller, []string{"get", "secrets", "-A"}, true},
-		"controller cannot write secrets":         {controller, []string{"create", "secrets", "-n", ns}, false},
+		"controller lists secrets":                {controller, []string{"list", "secrets", "-A"}, true},
+		"controller watches secrets":              {controller, []string{"watch", "secrets", "-A"}, true},
+		"controller creates the token Secret":     {controller, []string{"create", "secrets", "-n", ns}, true},
+		"controller no secrets elsewhere":         {controller, []string{"create", "secrets", "-n", "default"}, false},
+		"controller updates the token Secret":     {controller, []string{"update", "secrets/rbac-tiergate-push-token", "-n", ns}, true},
+		"controller cannot update other secrets":  {controller, []string{"update", "secrets/db-creds", "-n", ns}, false},
+		"controller cannot patch secrets":         {controller, []string{"patch", "secrets/rbac-tiergate-push-token", "-n", ns}, false},
+		"controller cannot delete secrets":        {controller, []string{"delete", "secrets", "-n", ns}, false},
 		"controller creates core events here":     {controller, []string{"create", "events", "-n", ns}, true},
 		"controller no core events elsewhere":     {controller, []string{"create", "events", "-n", "default"}, false},
 		"controller patches events.k8s.io events": {controller, []string{"patch", "events.events.k8s.io", "-n", "default"}, true},

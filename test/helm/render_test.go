@@ -44,6 +44,8 @@ func TestDefaultObjects(t *testing.T) {
 				"--metrics-bind-address=:8080",
 				"--health-probe-bind-address=:8081",
 				"--push-token-file=/var/run/tiergate/push-token/token",
+				"--push-token-secret=" + namespace + "/tiergate-push-token",
+				"--push-token-secret-key=token",
 			}},
 			"dispatcher": {dispatcher, []string{
 				"dispatcher",
@@ -147,21 +149,52 @@ func TestDefaultObjects(t *testing.T) {
 		}
 	})
 
-	t.Run("both roles mount the push token", func(t *testing.T) {
-		wantVolume := map[string]any{"name": "push-token", "secret": map[string]any{
-			"secretName": "tiergate-push-token", "defaultMode": 0o440,
-			"items": []any{map[string]any{"key": "token", "path": "token"}},
-		}}
-		for _, d := range []*unstructured.Unstructured{controller, dispatcher} {
+	t.Run("both roles mount the push token, the controller's optionally", func(t *testing.T) {
+		volume := func(optional bool) map[string]any {
+			sec := map[string]any{
+				"secretName": "tiergate-push-token", "defaultMode": 0o440,
+				"items": []any{map[string]any{"key": "token", "path": "token"}},
+			}
+			if optional {
+				sec["optional"] = true
+			}
+			return map[string]any{"name": "push-token", "secret": sec}
+		}
+		// The controller creates the Secret, so its own pod must start
+		// without it; the dispatchers wait for it.
+		for d, optional := range map[*unstructured.Unstructured]bool{controller: true, dispatcher: false} {
 			vols := field[[]any](t, d, "spec", "template", "spec", "volumes")
-			if diff := cmp.Diff(toYAMLValue(t, []any{wantVolume}), vols); diff != "" {
+			if diff := cmp.Diff(toYAMLValue(t, []any{volume(optional)}), vols); diff != "" {
 				t.Errorf("%s volumes (-want +got):\n%s", d.GetName(), diff)
 			}
 			if diff := cmp.Diff(toYAMLValue(t, []any{tokenMount}), container(t, d)["volumeMounts"]); diff != "" {
 				t.Errorf("%s volumeMounts (-want +got):\n%s", d.GetName(), diff)
 			}
 		}
-		find(t, objs, "Secret", "tiergate-push-token")
+		for _, o := range objs {
+			if o.GetKind() == "Secret" {
+				t.Errorf("the default render holds Secret %s: the controller creates the token Secret", o.GetName())
+			}
+		}
+	})
+
+	t.Run("the controller may create the token Secret and touch only that one", func(t *testing.T) {
+		role := find(t, objs, "Role", "tiergate-controller-push-token")
+		want := []any{
+			map[string]any{"apiGroups": []any{""}, "resources": []any{"secrets"}, "verbs": []any{"create"}},
+			map[string]any{"apiGroups": []any{""}, "resources": []any{"secrets"}, "resourceNames": []any{"tiergate-push-token"}, "verbs": []any{"get", "update"}},
+		}
+		if diff := cmp.Diff(toYAMLValue(t, want), field[[]any](t, role, "rules")); diff != "" {
+			t.Errorf("push token Role rules (-want +got):\n%s", diff)
+		}
+		if ns := role.GetNamespace(); ns != namespace {
+			t.Errorf("push token Role in %q, want the release namespace", ns)
+		}
+		binding := find(t, objs, "RoleBinding", "tiergate-controller-push-token")
+		subject := field[[]any](t, binding, "subjects")[0].(map[string]any)
+		if subject["name"] != "tiergate-controller" || subject["namespace"] != namespace {
+			t.Errorf("push token RoleBinding subject %v", subject)
+		}
 	})
 
 	t.Run("the dispatcher has no Kubernetes identity", func(t *testing.T) {
@@ -397,15 +430,38 @@ func TestPushTokenModes(t *testing.T) {
 				t.Errorf("%s volumes (-want +got):\n%s", name, diff)
 			}
 		}
+		notManaged(t, objs)
 	})
 	t.Run("fixed value", func(t *testing.T) {
 		const token = "a-fixed-token-of-at-least-32-characters!"
-		s := find(t, render(t, "--set", "pushToken.value="+token), "Secret", "tiergate-push-token")
+		objs := render(t, "--set", "pushToken.value="+token)
+		s := find(t, objs, "Secret", "tiergate-push-token")
 		raw, err := base64.StdEncoding.DecodeString(field[string](t, s, "data", "token"))
 		if err != nil || string(raw) != token {
 			t.Errorf("token = %q (err %v), want %q", raw, err, token)
 		}
+		vol := field[[]any](t, find(t, objs, "Deployment", "tiergate-controller"), "spec", "template", "spec", "volumes")[0].(map[string]any)
+		if opt, ok := vol["secret"].(map[string]any)["optional"]; ok {
+			t.Errorf("the controller's token volume is optional (%v) although the chart renders the Secret", opt)
+		}
+		notManaged(t, objs)
 	})
+}
+
+// notManaged checks that the controller is not asked to create the token
+// Secret and has no rights to.
+func notManaged(t *testing.T, objs []*unstructured.Unstructured) {
+	t.Helper()
+	for _, a := range args(t, find(t, objs, "Deployment", "tiergate-controller")) {
+		if strings.HasPrefix(a, "--push-token-secret") {
+			t.Errorf("the controller gets %s although the chart does not leave the Secret to it", a)
+		}
+	}
+	for _, o := range objs {
+		if strings.HasSuffix(o.GetName(), "-push-token") && (o.GetKind() == "Role" || o.GetKind() == "RoleBinding") {
+			t.Errorf("%s/%s rendered although the controller does not manage the Secret", o.GetKind(), o.GetName())
+		}
+	}
 }
 
 func TestOptionalObjects(t *testing.T) {
@@ -449,9 +505,10 @@ func TestOptionalObjects(t *testing.T) {
 				"no network policy": {"NetworkPolicy/tiergate-dispatcher"},
 				"no PDB":            {"PodDisruptionBudget/tiergate-dispatcher"},
 				"service monitor without the controller": {
-					"ServiceAccount/tiergate-controller", "Secret/tiergate-push-token", "ClusterRole/tiergate-controller",
+					"ServiceAccount/tiergate-controller", "ClusterRole/tiergate-controller",
 					"ClusterRoleBinding/tiergate-controller", "Role/tiergate-controller-leader-election",
 					"RoleBinding/tiergate-controller-leader-election", "Deployment/tiergate-controller",
+					"Role/tiergate-controller-push-token", "RoleBinding/tiergate-controller-push-token",
 				},
 			}[name]
 			slices.Sort(removed)

@@ -96,6 +96,27 @@ app.kubernetes.io/component: dispatcher
         path: token
 {{- end }}
 
+{{/*
+"true" when the controller manages the push token Secret: it creates it,
+with a random token, when it is missing.
+*/}}
+{{- define "tiergate.pushToken.managed" -}}
+{{- and (not .Values.pushToken.existingSecret) (not .Values.pushToken.value) }}
+{{- end }}
+
+{{/*
+The controller's token volume. When the controller creates the Secret the
+volume is optional, or the controller's pod could not start to create it;
+the kubelet fills it in once the Secret exists, and until then the
+controller pushes with the token it created.
+*/}}
+{{- define "tiergate.pushToken.controllerVolume" -}}
+{{ include "tiergate.pushToken.volume" . }}
+{{- if eq (include "tiergate.pushToken.managed" .) "true" }}
+    optional: true
+{{- end }}
+{{- end }}
+
 {{- define "tiergate.pushToken.volumeMount" -}}
 - name: push-token
   mountPath: {{ include "tiergate.pushToken.dir" . }}

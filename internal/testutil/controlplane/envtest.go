@@ -28,15 +28,29 @@ func Assets(root string) (string, error) {
 	return assets, nil
 }
 
+// Option adjusts the environment before Start starts it.
+type Option func(*envtest.Environment)
+
+// WithAPIServerFlag sets a kube-apiserver flag, such as
+// --audit-log-path, on top of envtest's.
+func WithAPIServerFlag(name, value string) Option {
+	return func(env *envtest.Environment) {
+		env.ControlPlane.GetAPIServer().Configure().Set(name, value)
+	}
+}
+
 // Start starts kube-apiserver and etcd from assets, with the CRDs of
 // root/config/crd/bases installed, serving the types of scheme. The caller
 // stops the returned environment.
-func Start(root, assets string, scheme *runtime.Scheme) (*envtest.Environment, *rest.Config, error) {
+func Start(root, assets string, scheme *runtime.Scheme, opts ...Option) (*envtest.Environment, *rest.Config, error) {
 	env := &envtest.Environment{
 		Scheme:                scheme,
 		CRDDirectoryPaths:     []string{filepath.Join(root, "config", "crd", "bases")},
 		ErrorIfCRDPathMissing: true,
 		BinaryAssetsDirectory: assets,
+	}
+	for _, o := range opts {
+		o(env)
 	}
 	cfg, err := env.Start()
 	if err != nil {
