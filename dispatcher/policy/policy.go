@@ -4,6 +4,7 @@ package policy
 const (
 	AuthTrustedHeader = "TrustedHeader"
 	AuthAPIKey        = "APIKey"
+	AuthJWT           = "JWT"
 )
 
 // Shared-state modes.
@@ -51,6 +52,11 @@ type Policy struct {
 type Authentication struct {
 	Mode       string `json:"mode"`
 	HeaderName string `json:"headerName,omitempty"`
+	// TrustedSources, in TrustedHeader mode, are the CIDRs of the TCP peers
+	// whose tenant header is believed; empty believes every peer.
+	TrustedSources []string `json:"trustedSources,omitempty"`
+	// JWT is the token check of JWT mode, keys included.
+	JWT *JWT `json:"jwt,omitempty"`
 }
 
 // Tier is one priority tier with its derived bounds.
@@ -95,4 +101,8 @@ type Measured struct {
 	Completed int64 `json:"completed"`
 	// DrainRates is dispatches per second by tier (an EWMA).
 	DrainRates map[string]float64 `json:"drainRates,omitempty"`
+	// UnknownKeyIDs are key IDs that JWTs named and the policy's JWKS does
+	// not hold (at most MaxUnknownKeyIDs, sorted): the controller refetches
+	// a JWKS URL when it sees one.
+	UnknownKeyIDs []string `json:"unknownKeyIDs,omitempty"`
 }
