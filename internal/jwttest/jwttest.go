@@ -15,13 +15,11 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
-	"fmt"
 	"math/big"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"testing"
 
 	"github.com/tiergate/tiergate/dispatcher/policy"
@@ -40,7 +38,7 @@ type Key struct {
 	// HS256 confusion attack.
 	PublicPEM []byte
 
-	dir string
+	private []byte // PEM, written to a file of the signing test's
 }
 
 // genArgs are the openssl genpkey arguments of each algorithm.
@@ -51,8 +49,8 @@ var genArgs = map[string][]string{
 	policy.AlgEdDSA: {"-algorithm", "ed25519"},
 }
 
-// NewKey makes a key for alg (RS256, PS256, ES256 or EdDSA) in a directory
-// of t's. The JWK carries alg only for PS256, whose algorithm an RSA key
+// NewKey makes a key for alg (RS256, PS256, ES256 or EdDSA); the Key
+// outlives t. The JWK carries alg only for PS256, whose algorithm an RSA key
 // does not imply.
 func NewKey(t testing.TB, alg, kid string) *Key {
 	t.Helper()
@@ -61,12 +59,12 @@ func NewKey(t testing.TB, alg, kid string) *Key {
 		t.Fatalf("jwttest: no key type for %q", alg)
 	}
 	dir := t.TempDir()
-	k := &Key{Alg: alg, Kid: kid, dir: dir}
-	run(t, append(append([]string{"genpkey"}, args...), "-out", k.path("key.pem"))...)
-	run(t, "pkey", "-in", k.path("key.pem"), "-pubout", "-outform", "DER", "-out", k.path("pub.der"))
-	run(t, "pkey", "-in", k.path("key.pem"), "-pubout", "-out", k.path("pub.pem"))
-	k.PublicPEM = read(t, k.path("pub.pem"))
-	k.JWK = jwkFromDER(t, read(t, k.path("pub.der")))
+	key := filepath.Join(dir, "key.pem")
+	k := &Key{Alg: alg, Kid: kid}
+	run(t, append(append([]string{"genpkey"}, args...), "-out", key)...)
+	k.private = read(t, key)
+	k.PublicPEM = run(t, "pkey", "-in", key, "-pubout")
+	k.JWK = jwkFromDER(t, run(t, "pkey", "-in", key, "-pubout", "-outform", "DER"))
 	k.JWK.Kid = kid
 	if alg == policy.AlgPS256 {
 		k.JWK.Alg = alg
@@ -74,7 +72,16 @@ func NewKey(t testing.TB, alg, kid string) *Key {
 	return k
 }
 
-func (k *Key) path(name string) string { return filepath.Join(k.dir, name) }
+// files writes the private key and the signing input to a directory of
+// t's and returns their paths.
+func (k *Key) files(t testing.TB, input string) (key, in string) {
+	t.Helper()
+	dir := t.TempDir()
+	key, in = filepath.Join(dir, "key.pem"), filepath.Join(dir, "input")
+	write(t, key, k.private)
+	write(t, in, []byte(input))
+	return key, in
+}
 
 // JWKS is a key set of the keys' public JWKs.
 func JWKS(keys ...*Key) policy.JWKS {
@@ -95,18 +102,17 @@ func (k *Key) Header() map[string]any {
 func (k *Key) Sign(t testing.TB, header, claims map[string]any) string {
 	t.Helper()
 	input := signingInput(t, header, claims)
-	in := k.path(fmt.Sprintf("input-%d", seq()))
-	write(t, in, []byte(input))
+	key, in := k.files(t, input)
 	var sig []byte
 	switch k.Alg {
 	case policy.AlgRS256:
-		sig = run(t, "dgst", "-sha256", "-sign", k.path("key.pem"), in)
+		sig = run(t, "dgst", "-sha256", "-sign", key, in)
 	case policy.AlgPS256:
-		sig = run(t, "dgst", "-sha256", "-sigopt", "rsa_padding_mode:pss", "-sigopt", "rsa_pss_saltlen:32", "-sign", k.path("key.pem"), in)
+		sig = run(t, "dgst", "-sha256", "-sigopt", "rsa_padding_mode:pss", "-sigopt", "rsa_pss_saltlen:32", "-sign", key, in)
 	case policy.AlgES256:
-		sig = rawECDSA(t, run(t, "dgst", "-sha256", "-sign", k.path("key.pem"), in), 32)
+		sig = rawECDSA(t, run(t, "dgst", "-sha256", "-sign", key, in), 32)
 	case policy.AlgEdDSA:
-		sig = run(t, "pkeyutl", "-sign", "-inkey", k.path("key.pem"), "-rawin", "-in", in)
+		sig = run(t, "pkeyutl", "-sign", "-inkey", key, "-rawin", "-in", in)
 	}
 	return input + "." + b64(sig)
 }
@@ -122,8 +128,7 @@ func (k *Key) Token(t testing.TB, claims map[string]any) string {
 func (k *Key) HS256WithPublicKey(t testing.TB, claims map[string]any) string {
 	t.Helper()
 	input := signingInput(t, map[string]any{"alg": "HS256", "kid": k.Kid, "typ": "JWT"}, claims)
-	in := k.path(fmt.Sprintf("input-%d", seq()))
-	write(t, in, []byte(input))
+	_, in := k.files(t, input)
 	mac := run(t, "dgst", "-sha256", "-mac", "HMAC", "-macopt", "hexkey:"+hex.EncodeToString(k.PublicPEM), "-binary", in)
 	return input + "." + b64(mac)
 }
@@ -203,10 +208,6 @@ func rawECDSA(t testing.TB, der []byte, size int) []byte {
 	sig.S.FillBytes(out[size:])
 	return out
 }
-
-var counter atomic.Int64
-
-func seq() int64 { return counter.Add(1) }
 
 // run runs openssl with args and returns its standard output.
 func run(t testing.TB, args ...string) []byte {
