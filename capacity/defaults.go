@@ -14,6 +14,8 @@ const (
 	DefaultAgeingRate = 6 * time.Second
 
 	defaultTenantHeader  = "X-Tenant-ID"
+	defaultTenantClaim   = "sub"
+	defaultJWKSKey       = "jwks.json"
 	defaultBackendScheme = "http"
 	defaultAdminPort     = 9090
 )
@@ -36,6 +38,7 @@ func ApplyDefaults(spec *v1alpha1.ModelPoolSpec) {
 	if spec.Authentication.HeaderName == "" {
 		spec.Authentication.HeaderName = defaultTenantHeader
 	}
+	applyJWTDefaults(spec.Authentication.JWT)
 	if spec.SharedState == "" {
 		spec.SharedState = v1alpha1.SharedStateLocal
 	}
@@ -44,5 +47,19 @@ func ApplyDefaults(spec *v1alpha1.ModelPoolSpec) {
 	}
 	if spec.Dispatchers.AdminPort == 0 {
 		spec.Dispatchers.AdminPort = defaultAdminPort
+	}
+}
+
+func applyJWTDefaults(j *v1alpha1.JWTAuthentication) {
+	if j == nil {
+		return
+	}
+	if j.TenantClaim == "" {
+		j.TenantClaim = defaultTenantClaim
+	}
+	for _, ref := range []*v1alpha1.JWKSKeyRef{j.JWKS.SecretRef, j.JWKS.ConfigMapRef} {
+		if ref != nil && ref.Key == "" {
+			ref.Key = defaultJWKSKey
+		}
 	}
 }
