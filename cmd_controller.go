@@ -16,6 +16,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -36,6 +38,8 @@ type controllerFlags struct {
 	leaderNS, leaderID     string
 	kubeconfig, tokenFile  string
 	resync, pushTimeout    time.Duration
+	jwksCAFile             string
+	jwksMinRefetch         time.Duration
 	qps                    float64
 	burst                  int
 	zap                    zap.Options
@@ -64,6 +68,7 @@ func runController(args []string, _, stderr io.Writer) int {
 		PushTokenFile: f.tokenFile,
 		PushTimeout:   f.pushTimeout,
 		ResyncPeriod:  f.resync,
+		JWKS:          controllers.JWKSFetcherOptions{CAFile: f.jwksCAFile, MinRefetch: f.jwksMinRefetch},
 	}); err != nil {
 		log.Error(err, "cannot set up the controllers")
 		return 1
@@ -83,6 +88,8 @@ func parseControllerFlags(args []string, stderr io.Writer) (f controllerFlags, c
 	fs.StringVar(&f.tokenFile, "push-token-file", "", "file holding the bearer token sent with every policy push (re-read before each push)")
 	fs.DurationVar(&f.resync, "resync-period", 30*time.Second, "push to every dispatcher at least this often, even when it holds the current policy")
 	fs.DurationVar(&f.pushTimeout, "push-timeout", 5*time.Second, "timeout of one policy push")
+	fs.StringVar(&f.jwksCAFile, "jwks-ca-file", "", "PEM file of CA certificates trusted, besides the system roots, for ModelPool spec.authentication.jwt.jwks.url")
+	fs.DurationVar(&f.jwksMinRefetch, "jwks-min-refetch-interval", 30*time.Second, "shortest time between two fetches of one JWKS URL that an unknown key ID or a failed fetch asks for")
 	fs.Float64Var(&f.qps, "kube-api-qps", 50, "queries per second to the API server (client-side limit)")
 	fs.IntVar(&f.burst, "kube-api-burst", 100, "burst of queries to the API server (client-side limit)")
 	f.zap.BindFlags(fs)
@@ -95,6 +102,10 @@ func parseControllerFlags(args []string, stderr io.Writer) (f controllerFlags, c
 	}
 	if f.qps <= 0 || f.burst <= 0 {
 		fmt.Fprintf(stderr, "tiergate controller: --kube-api-qps (%v) and --kube-api-burst (%d) must be positive\n", f.qps, f.burst)
+		return f, 2, true
+	}
+	if f.jwksMinRefetch <= 0 {
+		fmt.Fprintf(stderr, "tiergate controller: --jwks-min-refetch-interval (%s) must be positive\n", f.jwksMinRefetch)
 		return f, 2, true
 	}
 	if f.resync <= 0 || f.pushTimeout <= 0 {
@@ -121,8 +132,10 @@ func newControllerManager(f controllerFlags) (ctrl.Manager, error) {
 	if err := v1alpha1.AddToScheme(scheme); err != nil {
 		return nil, err
 	}
+	cm, byCM := controllers.JWKSConfigMapCache()
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                        scheme,
+		Cache:                         cache.Options{ByObject: map[client.Object]cache.ByObject{cm: byCM}},
 		Metrics:                       metricsserver.Options{BindAddress: f.metricsAddr},
 		HealthProbeBindAddress:        f.probeAddr,
 		LeaderElection:                f.leaderElect,

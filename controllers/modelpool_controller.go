@@ -48,6 +48,8 @@ type PoolReconciler struct {
 	// UnreachableStrike is how many consecutive failed pushes make an
 	// unreachable pod degrade the pool.
 	UnreachableStrike int
+	// JWKS fetches the key sets of JWT pools whose keys come from a URL.
+	JWKS *JWKSFetcher
 
 	mu    sync.Mutex
 	pools map[types.NamespacedName]*poolMemory
@@ -139,6 +141,7 @@ func (r *PoolReconciler) desire(pool *v1alpha1.ModelPool, obs *observed, b capac
 		ObservedService:   serviceTime,
 		Dispatchers:       dispatcherViews(targets, states),
 		UnreachableStrike: r.UnreachableStrike,
+		Auth:              newAuthView(pool.Spec.Authentication, obs.jwks),
 	}, stamp)
 	if len(obs.tiers) > 0 {
 		d.targets = targets
@@ -151,6 +154,9 @@ func (r *PoolReconciler) desire(pool *v1alpha1.ModelPool, obs *observed, b capac
 // name continues above the versions its dispatchers still hold.
 func (r *PoolReconciler) forget(ctx context.Context, key types.NamespacedName, stamp metav1.Time) error {
 	r.Pusher.Forget(key)
+	if r.JWKS != nil {
+		r.JWKS.Forget(key)
+	}
 	r.mu.Lock()
 	if m, ok := r.pools[key]; ok {
 		m.contentHash = ""

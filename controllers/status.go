@@ -28,6 +28,7 @@ type poolView struct {
 	ObservedService   time.Duration // 0 when nothing measured yet
 	Dispatchers       []dispatcherView
 	UnreachableStrike int // consecutive failures before an unreachable pod degrades the pool
+	Auth              authView
 }
 
 // dispatcherView is one dispatcher pod as the status sees it.
@@ -78,6 +79,7 @@ func desiredPoolStatus(cur v1alpha1.ModelPoolStatus, v poolView, now metav1.Time
 	}
 	// The ageing horizon against the client timeout (DESIGN.md section 4).
 	set(v1alpha1.ModelPoolAgeingHorizonExceedsClientTimeout, b.HorizonExceedsClientTimeout, horizonReason(b), capacity.HorizonMessage(b))
+	setAuthConditions(&st.Conditions, now, v.Generation, v.Auth)
 	return st
 }
 

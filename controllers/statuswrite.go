@@ -85,6 +85,12 @@ func (r *PoolReconciler) poolEvents(pool *v1alpha1.ModelPool, old, cur v1alpha1.
 	if c, ok := changed(v1alpha1.ModelPoolAgeingHorizonExceedsClientTimeout); ok && c.Status == metav1.ConditionTrue {
 		r.Recorder.Eventf(pool, nil, corev1.EventTypeWarning, v1alpha1.ModelPoolAgeingHorizonExceedsClientTimeout, "ComputeBounds", "%s", c.Message)
 	}
+	if c, ok := changed(v1alpha1.ModelPoolTenantHeaderUnprotected); ok && c.Status == metav1.ConditionTrue {
+		r.Recorder.Eventf(pool, nil, corev1.EventTypeWarning, v1alpha1.ModelPoolTenantHeaderUnprotected, "Authenticate", "%s", c.Message)
+	}
+	if c, ok := changed(v1alpha1.ModelPoolJWKSReady); ok && c.Status == metav1.ConditionFalse && c.Reason != string(v1alpha1.ReasonJWKSPending) {
+		r.Recorder.Eventf(pool, nil, corev1.EventTypeWarning, c.Reason, "ReadJWKS", "%s", c.Message)
+	}
 	if c, ok := changed(v1alpha1.ModelPoolDegraded); ok && c.Status == metav1.ConditionTrue {
 		r.Recorder.Eventf(pool, nil, corev1.EventTypeWarning, c.Reason, "PushPolicy", "%s", c.Message)
 	}
