@@ -189,7 +189,9 @@ func TestJWKSFetchRefusals(t *testing.T) {
 		"a private key": {func(w http.ResponseWriter, _ *http.Request) {
 			_, _ = w.Write([]byte(`{"keys":[{"kty":"EC","crv":"P-256","x":"` + k1.JWK.X + `","y":"` + k1.JWK.Y + `","d":"AA"}]}`))
 		}, "invalid JWKS: keys[0] holds private key material (d); publish only the public keys"},
-		"a redirect to http": {func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, "http://127.0.0.1:1/jwks", http.StatusFound) },
+		"a redirect to http": {func(w http.ResponseWriter, r *http.Request) {
+			http.Redirect(w, r, "http://127.0.0.1:1/jwks", http.StatusFound)
+		},
 			`Get "http://127.0.0.1:1/jwks": redirect to http://127.0.0.1:1/jwks refused: a JWKS is fetched over https only, within 5 redirects`},
 	}
 	for name, tc := range tests {

@@ -226,7 +226,7 @@ type idp struct {
 	fetches atomic.Int32
 }
 
-func startIdP(t *testing.T, doc string) *idp {
+func startIDP(t *testing.T, doc string) *idp {
 	t.Helper()
 	i := &idp{doc: doc}
 	i.Server = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
@@ -259,7 +259,7 @@ func (i *idp) publish(doc string) {
 func TestJWKSFromURLRotation(t *testing.T) {
 	k1 := jwttest.NewKey(t, policy.AlgES256, "k1")
 	k2 := jwttest.NewKey(t, policy.AlgRS256, "k2")
-	srv := startIdP(t, jwksJSON(t, k1))
+	srv := startIDP(t, jwksJSON(t, k1))
 	url := srv.URL + "/jwks.json"
 	e, d := authEnv(t, jwtAuthYAML("url: "+url))
 	waitHolds(t, e, holdsKeys("k1"))
