@@ -85,6 +85,11 @@ const noKeys = "; the policy carries no keys, so every token is refused"
 // the key IDs the dispatchers saw and lacked.
 func (r *PoolReconciler) readJWKS(ctx context.Context, pool *v1alpha1.ModelPool) (jwksReading, error) {
 	a := pool.Spec.Authentication
+	fromURL := a.Mode == v1alpha1.AuthJWT && a.JWT != nil && a.JWT.JWKS.URL != ""
+	if r.JWKS != nil && !fromURL {
+		// Stop refreshing a URL the pool no longer names.
+		r.JWKS.Forget(types.NamespacedName{Namespace: pool.Namespace, Name: pool.Name})
+	}
 	if a.Mode != v1alpha1.AuthJWT || a.JWT == nil {
 		return jwksReading{}, nil
 	}

@@ -15,7 +15,10 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 	clocktesting "k8s.io/utils/clock/testing"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
+	"github.com/tiergate/tiergate/api/v1alpha1"
 	"github.com/tiergate/tiergate/dispatcher/policy"
 	"github.com/tiergate/tiergate/internal/jwttest"
 )
@@ -238,5 +241,47 @@ func TestJWKSCAFile(t *testing.T) {
 	_ = os.WriteFile(bad, []byte("not a certificate"), 0o600)
 	if _, err := NewJWKSFetcher(JWKSFetcherOptions{CAFile: bad}); err == nil || err.Error() != "invalid controller options: the JWKS CA file "+bad+" holds no PEM certificate" {
 		t.Fatalf("a bad CA file: %v", err)
+	}
+}
+
+// The reconciler registers a pool's URL with the fetcher, and forgets it
+// once the pool takes its keys from elsewhere.
+func TestReconcilerRegistersURLs(t *testing.T) {
+	f, err := NewJWKSFetcher(JWKSFetcherOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	registered := func() []string {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		var out []string
+		for _, s := range f.sources {
+			out = append(out, s.url)
+		}
+		return out
+	}
+	ctx := context.Background()
+	c := newFakeClient(t, jwtPool(v1alpha1.JWKSSource{URL: "https://idp.test/jwks"}), interceptor.Funcs{})
+	r := &PoolReconciler{Client: c, Pusher: &fakePusher{}, JWKS: f, Clock: clocktesting.NewFakePassiveClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)),
+		ResyncPeriod: time.Minute, MeasuredMinCompletions: 20, MeasuredTolerance: 0.1, UnreachableStrike: 3}
+	if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: seedKey}); err != nil {
+		t.Fatal(err)
+	}
+	if got := registered(); len(got) != 1 || got[0] != "https://idp.test/jwks" {
+		t.Fatalf("registered %v", got)
+	}
+	var pool v1alpha1.ModelPool
+	if err := c.Get(ctx, seedKey, &pool); err != nil {
+		t.Fatal(err)
+	}
+	pool.Spec.Authentication.JWT.JWKS = v1alpha1.JWKSSource{SecretRef: &v1alpha1.JWKSKeyRef{Name: "jwks", Key: "jwks.json"}}
+	if err := c.Update(ctx, &pool); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: seedKey}); err != nil {
+		t.Fatal(err)
+	}
+	if got := registered(); len(got) != 0 {
+		t.Fatalf("still registered %v", got)
 	}
 }
