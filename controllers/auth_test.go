@@ -162,6 +162,7 @@ func TestReconcileJWKS(t *testing.T) {
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
+			t.Cleanup(func() { forgetPoolMetrics(seedKey.String()) })
 			c := newFakeClient(t, tc.objs, interceptor.Funcs{})
 			rec := events.NewFakeRecorder(20)
 			p := &fakePusher{}

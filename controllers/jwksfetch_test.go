@@ -261,6 +261,7 @@ func TestReconcilerRegistersURLs(t *testing.T) {
 		return out
 	}
 	ctx := context.Background()
+	t.Cleanup(func() { forgetPoolMetrics(seedKey.String()) })
 	c := newFakeClient(t, jwtPool(v1alpha1.JWKSSource{URL: "https://idp.test/jwks"}), interceptor.Funcs{})
 	r := &PoolReconciler{Client: c, Pusher: &fakePusher{}, JWKS: f, Clock: clocktesting.NewFakePassiveClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)),
 		ResyncPeriod: time.Minute, MeasuredMinCompletions: 20, MeasuredTolerance: 0.1, UnreachableStrike: 3}
