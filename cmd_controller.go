@@ -42,6 +42,8 @@ type controllerFlags struct {
 	prometheusAddr         string
 	tokenSecret, tokenKey  string
 	resync, pushTimeout    time.Duration
+	jwksCAFile             string
+	jwksMinRefetch         time.Duration
 	qps                    float64
 	burst                  int
 	zap                    zap.Options
@@ -74,6 +76,7 @@ func runController(args []string, _, stderr io.Writer) int {
 		PushTimeout:        f.pushTimeout,
 		ResyncPeriod:       f.resync,
 		PrometheusAddress:  f.prometheusAddr,
+		JWKS:               controllers.JWKSFetcherOptions{CAFile: f.jwksCAFile, MinRefetch: f.jwksMinRefetch},
 	}); err != nil {
 		log.Error(err, "cannot set up the controllers")
 		return 1
@@ -96,6 +99,8 @@ func parseControllerFlags(args []string, stderr io.Writer) (f controllerFlags, c
 	fs.DurationVar(&f.resync, "resync-period", 30*time.Second, "push to every dispatcher at least this often, even when it holds the current policy")
 	fs.DurationVar(&f.pushTimeout, "push-timeout", 5*time.Second, "timeout of one policy push")
 	fs.StringVar(&f.prometheusAddr, "prometheus-address", "", "Prometheus server (http or https URL) that KEDA ScaledObjects query when a pool's spec.autoscaling.prometheus.serverAddress is empty")
+	fs.StringVar(&f.jwksCAFile, "jwks-ca-file", "", "PEM file of CA certificates trusted, besides the system roots, for ModelPool spec.authentication.jwt.jwks.url")
+	fs.DurationVar(&f.jwksMinRefetch, "jwks-min-refetch-interval", 30*time.Second, "shortest time between two fetches of one JWKS URL that an unknown key ID or a failed fetch asks for")
 	fs.Float64Var(&f.qps, "kube-api-qps", 50, "queries per second to the API server (client-side limit)")
 	fs.IntVar(&f.burst, "kube-api-burst", 100, "burst of queries to the API server (client-side limit)")
 	f.zap.BindFlags(fs)
@@ -116,6 +121,10 @@ func parseControllerFlags(args []string, stderr io.Writer) (f controllerFlags, c
 	}
 	if _, err := tokenSecretName(f.tokenSecret); err != nil {
 		fmt.Fprintln(stderr, "tiergate controller:", err)
+		return f, 2, true
+	}
+	if f.jwksMinRefetch <= 0 {
+		fmt.Fprintf(stderr, "tiergate controller: --jwks-min-refetch-interval (%s) must be positive\n", f.jwksMinRefetch)
 		return f, 2, true
 	}
 	if f.resync <= 0 || f.pushTimeout <= 0 {
@@ -163,8 +172,8 @@ func newControllerManager(f controllerFlags) (ctrl.Manager, error) {
 		LeaderElectionID:              f.leaderID,
 		LeaderElectionNamespace:       f.leaderNS,
 		LeaderElectionReleaseOnCancel: true,
-		// Only the Secrets labelled tiergate.dev/api-keys are listed,
-		// watched and kept.
+		// Only the Secrets labelled tiergate.dev/api-keys and the
+		// ConfigMaps labelled tiergate.dev/jwks are listed, watched and kept.
 		Cache: cache.Options{ByObject: controllers.CacheByObject()},
 	})
 	if err != nil {

@@ -35,6 +35,9 @@ type BoundsInput struct {
 	// APIKeyHashes maps a TenantQuota's name to the SHA-256 hashes (lowercase
 	// hex) of its API keys.
 	APIKeyHashes map[string][]string
+	// JWKS are the public keys of a JWT-mode pool, as the controller read
+	// them; nil pushes an empty key set.
+	JWKS *policy.JWKS
 }
 
 // Bounds is the result: status values and the per-dispatcher policies.
@@ -175,7 +178,7 @@ func ComputeBounds(in BoundsInput) (Bounds, error) {
 		defaultTier = ""
 	}
 
-	base := basePolicy(in.Pool, &spec, out.Pool, defaultTier)
+	base := basePolicy(in.Pool, &spec, out.Pool, defaultTier, in.JWKS)
 	out.Policies = splitPolicies(base, r, out.Tiers, live, in.Backends, in.Dispatchers)
 	return out, nil
 }

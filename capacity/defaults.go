@@ -19,6 +19,8 @@ const (
 	DefaultTargetUtilization = "0.8"
 
 	defaultTenantHeader  = "X-Tenant-ID"
+	defaultTenantClaim   = "sub"
+	defaultJWKSKey       = "jwks.json"
 	defaultBackendScheme = "http"
 	defaultAdminPort     = 9090
 )
@@ -43,6 +45,7 @@ func ApplyDefaults(spec *v1alpha1.ModelPoolSpec) {
 	if spec.Authentication.HeaderName == "" {
 		spec.Authentication.HeaderName = defaultTenantHeader
 	}
+	applyJWTDefaults(spec.Authentication.JWT)
 	if spec.SharedState == "" {
 		spec.SharedState = v1alpha1.SharedStateLocal
 	}
@@ -59,5 +62,19 @@ func ApplyDefaults(spec *v1alpha1.ModelPoolSpec) {
 		u := resource.MustParse(DefaultTargetUtilization)
 		c.TargetUtilization = &u
 		spec.Autoscaling = &c
+	}
+}
+
+func applyJWTDefaults(j *v1alpha1.JWTAuthentication) {
+	if j == nil {
+		return
+	}
+	if j.TenantClaim == "" {
+		j.TenantClaim = defaultTenantClaim
+	}
+	for _, ref := range []*v1alpha1.JWKSKeyRef{j.JWKS.SecretRef, j.JWKS.ConfigMapRef} {
+		if ref != nil && ref.Key == "" {
+			ref.Key = defaultJWKSKey
+		}
 	}
 }

@@ -9,11 +9,8 @@ import (
 
 // basePolicy is what every dispatcher's policy shares: everything but the
 // slots, the rate, the bounds, the tenants and the backends.
-func basePolicy(pool *v1alpha1.ModelPool, spec *v1alpha1.ModelPoolSpec, b PoolBounds, defaultTier string) policy.Policy {
-	auth := policy.Authentication{Mode: string(spec.Authentication.Mode), HeaderName: spec.Authentication.HeaderName}
-	if auth.Mode == policy.AuthAPIKey {
-		auth.HeaderName = ""
-	}
+func basePolicy(pool *v1alpha1.ModelPool, spec *v1alpha1.ModelPoolSpec, b PoolBounds, defaultTier string, jwks *policy.JWKS) policy.Policy {
+	auth := policyAuthentication(spec.Authentication, jwks)
 	state := policy.StateLocal
 	if spec.SharedState == v1alpha1.SharedStateRedis {
 		state = policy.StateRedis

@@ -67,10 +67,13 @@ var apiKeysSelector = labels.SelectorFromSet(labels.Set{v1alpha1.APIKeysLabel: "
 // Secrets are listed and watched with the API-keys label selector, so the
 // API server never sends the controller any other Secret and the cache
 // never keeps one: a Get of an unlabelled Secret through the cache is
-// NotFound.
+// NotFound. ConfigMaps likewise: only those labelled tiergate.dev/jwks,
+// which hold a JWT pool's keys.
 func CacheByObject() map[client.Object]cache.ByObject {
+	cm, byCM := JWKSConfigMapCache()
 	return map[client.Object]cache.ByObject{
 		&corev1.Secret{}: {Label: apiKeysSelector},
+		cm:               byCM,
 	}
 }
 

@@ -18,6 +18,11 @@
 //     changed or a resync period passed, and turns every failure (KEDA not
 //     installed included) into the AutoscalerUnavailable condition, never
 //     into an error of the reconcile.
+//   - auth.go reads a JWT pool's JWKS from its labelled Secret or ConfigMap
+//     and sets the TenantHeaderUnprotected and JWKSReady conditions;
+//     JWKSFetcher (jwksfetch.go) fetches JWKS URLs on their refresh
+//     interval, after failures and when a dispatcher's ack names a key ID
+//     the set lacks, at most once per MinRefetch, and notifies the pool.
 //   - Pusher keeps one sender goroutine per dispatcher pod (keyed by UID)
 //     while the pod is a target; senders push concurrently with a bounded
 //     timeout and exponential backoff, and report each attempt through a
@@ -26,6 +31,8 @@
 // Concurrency: controller-runtime serialises reconciles of one pool, so a
 // pool's in-memory state (content hash, version, last resync) is only
 // touched by one reconcile at a time; the map holding it, and the Pusher's
-// per-pod state, are guarded by mutexes. Pusher and notifier are manager
-// runnables that need leader election, so only the leader pushes.
+// per-pod state, are guarded by mutexes. Pusher, notifier and
+// JWKSFetcher are manager runnables that need leader election, so only the
+// leader pushes and fetches; the fetcher's per-pool state is guarded by its
+// mutex and each fetch runs in its own goroutine.
 package controllers

@@ -63,6 +63,8 @@ type PoolReconciler struct {
 	// TokenSecret (namespace/name) is named in conditions about refused
 	// push tokens; "" when the controller does not manage it.
 	TokenSecret string
+	// JWKS fetches the key sets of JWT pools whose keys come from a URL.
+	JWKS *JWKSFetcher
 
 	mu    sync.Mutex
 	pools map[types.NamespacedName]*poolMemory
@@ -183,6 +185,7 @@ func (r *PoolReconciler) desire(pool *v1alpha1.ModelPool, obs *observed, c compu
 		Dispatchers:       dispatcherViews(targets, states),
 		UnreachableStrike: r.UnreachableStrike,
 		TokenSecret:       r.TokenSecret,
+		Auth:              newAuthView(pool.Spec.Authentication, obs.jwks),
 	}, stamp)
 	if len(obs.tiers) > 0 {
 		d.targets = targets
@@ -195,6 +198,9 @@ func (r *PoolReconciler) desire(pool *v1alpha1.ModelPool, obs *observed, c compu
 // name continues above the versions its dispatchers still hold.
 func (r *PoolReconciler) forget(ctx context.Context, key types.NamespacedName, stamp metav1.Time) error {
 	r.Pusher.Forget(key)
+	if r.JWKS != nil {
+		r.JWKS.Forget(key)
+	}
 	r.mu.Lock()
 	if m, ok := r.pools[key]; ok {
 		m.contentHash = ""

@@ -28,6 +28,7 @@ type observed struct {
 	secretState map[string]secretState
 	backends    []policy.Backend
 	dispatchers []corev1.Pod
+	jwks        jwksReading // JWT mode
 }
 
 type secretState struct {
@@ -48,6 +49,9 @@ func (r *PoolReconciler) observe(ctx context.Context, pool *v1alpha1.ModelPool) 
 		return nil, err
 	}
 	if err := r.readAPIKeys(ctx, pool.Namespace, obs); err != nil {
+		return nil, err
+	}
+	if obs.jwks, err = r.readJWKS(ctx, pool); err != nil {
 		return nil, err
 	}
 	if obs.backends, err = r.backends(ctx, pool, obs.deployment); err != nil {
@@ -79,6 +83,7 @@ func (obs *observed) boundsInput(pool *v1alpha1.ModelPool, serviceTime time.Dura
 		ObservedServiceTime: serviceTime,
 		Backends:            obs.backends,
 		APIKeyHashes:        obs.hashes,
+		JWKS:                obs.jwks.Keys,
 	}
 }
 

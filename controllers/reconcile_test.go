@@ -255,7 +255,9 @@ func TestPoolReconcile(t *testing.T) {
 	first := outcome{Pool: poolRow{1, 24, "PoolReady"}, Synced: true, Pushed: twoDispatchers(1, 12, 10, 40, 60),
 		Tiers: seedTiers, Quotas: map[string]string{"acme": "Active"}, StatusWrites: 5,
 		Events: []string{"Warning AgeingHorizonExceedsClientTimeout ageing horizon 2m0s (6s per point × 20 points) exceeds clientTimeout 30s: " +
-			"under sustained load of the top tier a request of the lowest tier expires before ageing lifts it, so the starvation guarantee is void"}}
+			"under sustained load of the top tier a request of the lowest tier expires before ageing lifts it, so the starvation guarantee is void",
+			"Warning TenantHeaderUnprotected any client that reaches the dispatchers can name any tenant in the X-Tenant-ID header; " +
+				"set spec.authentication.trustedSources to the CIDRs of the gateway that sets it (for example 10.0.12.0/24), or use mode APIKey or JWT"}}
 	tests := map[string]struct {
 		objs  []client.Object
 		funcs interceptor.Funcs
@@ -355,7 +357,7 @@ func TestPoolReconcile(t *testing.T) {
 				return without(objs, &v1alpha1.TenantQuota{}, "acme")
 			}(),
 			steps: []step{{want: outcome{Pool: poolRow{1, 24, "NoTiers"}, Synced: true, StatusWrites: 1,
-				Tiers: map[string]tierStatusRow{}, Quotas: map[string]string{}}}},
+				Tiers: map[string]tierStatusRow{}, Quotas: map[string]string{}, Events: first.Events[1:]}}},
 		},
 		"a spec written around the schema is a terminal error": {
 			objs: func() []client.Object {

@@ -31,6 +31,8 @@ const (
 	indexQuotaTier      = "spec.tierRef.name"
 	indexQuotaSecret    = "spec.apiKeySecretRef.name"
 	indexPoolDeployment = "spec.deploymentRef.name"
+	indexPoolJWKSSecret = "spec.authentication.jwt.jwks.secretRef.name"
+	indexPoolJWKSMap    = "spec.authentication.jwt.jwks.configMapRef.name"
 )
 
 // fieldIndex is one field index: the reconcilers list by these fields.
@@ -58,6 +60,8 @@ var fieldIndexes = []fieldIndex{
 	{&v1alpha1.ModelPool{}, indexPoolDeployment, func(o client.Object) []string {
 		return []string{o.(*v1alpha1.ModelPool).Spec.DeploymentRef.Name}
 	}},
+	{&v1alpha1.ModelPool{}, indexPoolJWKSSecret, func(o client.Object) []string { return jwksRefOf(o, false) }},
+	{&v1alpha1.ModelPool{}, indexPoolJWKSMap, func(o client.Object) []string { return jwksRefOf(o, true) }},
 }
 
 // Options configures the controllers. Zero values take the defaults.
@@ -91,6 +95,9 @@ type Options struct {
 	PrometheusAddress string
 	// MaxConcurrentReconciles of the pool controller (default 4).
 	MaxConcurrentReconciles int
+	// JWKS configures the fetcher of JWKS URLs; its Clock, Notify and Log
+	// are set by Setup.
+	JWKS JWKSFetcherOptions
 	// Clock (default the real one).
 	Clock clock.WithTicker
 }
@@ -181,6 +188,15 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 	if err := mgr.Add(pusher); err != nil {
 		return err
 	}
+	jwksOpts := opts.JWKS
+	jwksOpts.Clock, jwksOpts.Notify, jwksOpts.Log = opts.Clock, notes.Notify, mgr.GetLogger().WithName("jwks")
+	jwks, err := NewJWKSFetcher(jwksOpts)
+	if err != nil {
+		return err
+	}
+	if err := mgr.Add(jwks); err != nil {
+		return err
+	}
 	pools := &PoolReconciler{
 		Client:                 mgr.GetClient(),
 		APIReader:              mgr.GetAPIReader(),
@@ -192,6 +208,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 		MeasuredTolerance:      opts.MeasuredTolerance,
 		UnreachableStrike:      opts.UnreachableStrike,
 		PrometheusAddress:      opts.PrometheusAddress,
+		JWKS:                   jwks,
 	}
 	if opts.PushTokenSecret.Name != "" {
 		pools.TokenSecret = opts.PushTokenSecret.String()
@@ -217,7 +234,8 @@ func setupPoolController(mgr ctrl.Manager, pools *PoolReconciler, notes *notifie
 		Watches(&v1alpha1.ServiceTier{}, handler.EnqueueRequestsFromMapFunc(tierToPool)).
 		Watches(&v1alpha1.TenantQuota{}, handler.EnqueueRequestsFromMapFunc(quotaToPool(c))).
 		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(secretToPools(c))).
-		Watches(&appsv1.Deployment{}, handler.EnqueueRequestsFromMapFunc(deploymentToPools(c))).
+		Watches(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(poolsByIndex(c, indexPoolJWKSMap))).
+		Watches(&appsv1.Deployment{}, handler.EnqueueRequestsFromMapFunc(poolsByIndex(c, indexPoolDeployment))).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podToPools(c)), builder.WithPredicates(podChanged())).
 		WatchesRawSource(source.Channel(notes.out, &handler.EnqueueRequestForObject{})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: workers}).
@@ -274,7 +292,10 @@ func secretToPools(c client.Reader) handler.MapFunc {
 			return nil
 		}
 		seen := map[string]bool{}
-		var out []ctrl.Request
+		out := poolsByIndex(c, indexPoolJWKSSecret)(ctx, o)
+		for _, r := range out {
+			seen[r.Name] = true
+		}
 		for _, q := range quotas.Items {
 			var t v1alpha1.ServiceTier
 			if err := c.Get(ctx, types.NamespacedName{Namespace: q.Namespace, Name: q.Spec.TierRef.Name}, &t); err != nil {
@@ -284,20 +305,6 @@ func secretToPools(c client.Reader) handler.MapFunc {
 				seen[t.Spec.PoolRef.Name] = true
 				out = append(out, poolRequest(t.Namespace, t.Spec.PoolRef.Name))
 			}
-		}
-		return out
-	}
-}
-
-func deploymentToPools(c client.Reader) handler.MapFunc {
-	return func(ctx context.Context, o client.Object) []ctrl.Request {
-		var pools v1alpha1.ModelPoolList
-		if err := c.List(ctx, &pools, client.InNamespace(o.GetNamespace()), client.MatchingFields{indexPoolDeployment: o.GetName()}); err != nil {
-			return nil
-		}
-		out := make([]ctrl.Request, 0, len(pools.Items))
-		for _, p := range pools.Items {
-			out = append(out, poolRequest(p.Namespace, p.Name))
 		}
 		return out
 	}

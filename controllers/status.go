@@ -33,6 +33,7 @@ type poolView struct {
 	// TokenSecret is the push token Secret as namespace/name, "" when the
 	// controller does not manage it; condition messages name it.
 	TokenSecret string
+	Auth        authView
 }
 
 // dispatcherView is one dispatcher pod as the status sees it.
@@ -85,6 +86,7 @@ func desiredPoolStatus(cur v1alpha1.ModelPoolStatus, v poolView, now metav1.Time
 	// The ageing horizon against the client timeout (DESIGN.md section 4).
 	set(v1alpha1.ModelPoolAgeingHorizonExceedsClientTimeout, b.HorizonExceedsClientTimeout, horizonReason(b), capacity.HorizonMessage(b))
 	set(v1alpha1.ModelPoolAutoscalerUnavailable, v.Autoscaler.unavailable, string(v.Autoscaler.reason), v.Autoscaler.message)
+	setAuthConditions(&st.Conditions, now, v.Generation, v.Auth)
 	return st
 }
 

@@ -81,15 +81,22 @@ func (r *PoolReconciler) poolEvents(pool *v1alpha1.ModelPool, old, cur v1alpha1.
 		o := meta.FindStatusCondition(old.Conditions, typ)
 		return n, n != nil && (o == nil || o.Status != n.Status || o.Reason != n.Reason)
 	}
-	for _, typ := range []string{v1alpha1.ModelPoolAgeingHorizonExceedsClientTimeout, v1alpha1.ModelPoolDegraded, v1alpha1.ModelPoolAutoscalerUnavailable} {
-		if cond, ok := changed(typ); ok && cond.Status == metav1.ConditionTrue {
-			reason := cond.Reason
-			if typ == v1alpha1.ModelPoolAgeingHorizonExceedsClientTimeout {
-				reason = typ
+	warnTrue := func(types ...string) {
+		for _, typ := range types {
+			if cond, ok := changed(typ); ok && cond.Status == metav1.ConditionTrue {
+				reason := cond.Reason
+				if typ == v1alpha1.ModelPoolAgeingHorizonExceedsClientTimeout || typ == v1alpha1.ModelPoolTenantHeaderUnprotected {
+					reason = typ
+				}
+				r.Recorder.Eventf(pool, nil, corev1.EventTypeWarning, reason, eventAction[typ], "%s", cond.Message)
 			}
-			r.Recorder.Eventf(pool, nil, corev1.EventTypeWarning, reason, eventAction[typ], "%s", cond.Message)
 		}
 	}
+	warnTrue(v1alpha1.ModelPoolAgeingHorizonExceedsClientTimeout, v1alpha1.ModelPoolTenantHeaderUnprotected)
+	if c, ok := changed(v1alpha1.ModelPoolJWKSReady); ok && c.Status == metav1.ConditionFalse && c.Reason != string(v1alpha1.ReasonJWKSPending) {
+		r.Recorder.Eventf(pool, nil, corev1.EventTypeWarning, c.Reason, "ReadJWKS", "%s", c.Message)
+	}
+	warnTrue(v1alpha1.ModelPoolDegraded, v1alpha1.ModelPoolAutoscalerUnavailable)
 	// Changes of a status written before; the first write is no change.
 	if old.PoolConcurrency != cur.PoolConcurrency && old.ObservedGeneration != 0 {
 		r.Recorder.Eventf(pool, nil, corev1.EventTypeNormal, "ScaledPool", "ComputeBounds",
@@ -110,6 +117,7 @@ var eventAction = map[string]string{
 	v1alpha1.ModelPoolAgeingHorizonExceedsClientTimeout: "ComputeBounds",
 	v1alpha1.ModelPoolDegraded:                          "PushPolicy",
 	v1alpha1.ModelPoolAutoscalerUnavailable:             "SyncScaledObject",
+	v1alpha1.ModelPoolTenantHeaderUnprotected:           "Authenticate",
 }
 
 // writeTierStatus writes each tier's status where it changed; a tier

@@ -200,7 +200,9 @@ func (d *Dispatcher) Apply(p *policy.Policy) (policy.Ack, error) {
 	d.m.SetTiers(p.Pool, tiers)
 	d.pol.Store(p)
 	d.cfg.Log.Info("applied policy", "version", p.Version, "pool", p.Pool, "slots", p.Slots, "tiers", len(p.Tiers), "tenants", len(p.Tenants), "backends", len(p.Backends))
-	return policy.Ack{Version: p.Version, Stats: d.q.Stats().Measured()}, nil
+	ack := policy.Ack{Version: p.Version, Stats: d.q.Stats().Measured()}
+	ack.Stats.UnknownKeyIDs = d.srv.UnknownKeyIDs()
+	return ack, nil
 }
 
 // Policy is the applied policy, or nil.

@@ -17,7 +17,7 @@ const (
 )
 
 // AuthenticationMode says how a dispatcher identifies a request's tenant.
-// +kubebuilder:validation:Enum=TrustedHeader;APIKey
+// +kubebuilder:validation:Enum=TrustedHeader;APIKey;JWT
 type AuthenticationMode string
 
 const (
@@ -25,6 +25,8 @@ const (
 	AuthTrustedHeader AuthenticationMode = "TrustedHeader"
 	// AuthAPIKey maps a Bearer key to a tenant through hashed keys.
 	AuthAPIKey AuthenticationMode = "APIKey"
+	// AuthJWT verifies a Bearer JWT and reads the tenant from a claim.
+	AuthJWT AuthenticationMode = "JWT"
 )
 
 // SharedStateMode says whether dispatchers share their counts.
@@ -101,9 +103,11 @@ type Dispatchers struct {
 }
 
 // Authentication says how tenants are identified.
-// +kubebuilder:validation:XValidation:rule="self.mode == 'APIKey' || (has(self.headerName) && size(self.headerName) > 0)",message="authentication.headerName is required when authentication.mode is TrustedHeader",fieldPath=".headerName"
+// +kubebuilder:validation:XValidation:rule="self.mode != 'TrustedHeader' || (has(self.headerName) && size(self.headerName) > 0)",message="authentication.headerName is required when authentication.mode is TrustedHeader",fieldPath=".headerName"
+// +kubebuilder:validation:XValidation:rule="self.mode == 'TrustedHeader' || !has(self.trustedSources) || size(self.trustedSources) == 0",message="authentication.trustedSources applies only when authentication.mode is TrustedHeader",fieldPath=".trustedSources"
+// +kubebuilder:validation:XValidation:rule="(self.mode == 'JWT') == has(self.jwt)",message="authentication.jwt is required when authentication.mode is JWT and allowed only then"
 type Authentication struct {
-	// mode is TrustedHeader or APIKey.
+	// mode is TrustedHeader, APIKey or JWT.
 	// +kubebuilder:default=TrustedHeader
 	// +optional
 	Mode AuthenticationMode `json:"mode,omitempty"`
@@ -118,6 +122,19 @@ type Authentication struct {
 	// +kubebuilder:validation:MaxLength=128
 	// +optional
 	HeaderName string `json:"headerName,omitempty"`
+
+	// trustedSources, in TrustedHeader mode, are the CIDRs of the peers
+	// (the gateway) whose tenant header is believed; a request from any
+	// other TCP peer is refused. Empty believes every peer, and the pool
+	// then carries the condition TenantHeaderUnprotected.
+	// +kubebuilder:validation:MaxItems=64
+	// +listType=set
+	// +optional
+	TrustedSources []CIDR `json:"trustedSources,omitempty"`
+
+	// jwt is the token check of JWT mode.
+	// +optional
+	JWT *JWTAuthentication `json:"jwt,omitempty"`
 }
 
 // ModelPoolSpec describes one pool of model replicas.
@@ -248,8 +265,9 @@ type ModelPoolStatus struct {
 	// +optional
 	DesiredReplicas int32 `json:"desiredReplicas"`
 
-	// conditions: Ready, Synced, Degraded, AgeingHorizonExceedsClientTimeout
-	// and AutoscalerUnavailable.
+	// conditions: Ready, Synced, Degraded, AgeingHorizonExceedsClientTimeout,
+	// AutoscalerUnavailable, TenantHeaderUnprotected (TrustedHeader mode)
+	// and JWKSReady (JWT mode).
 	// +listType=map
 	// +listMapKey=type
 	// +optional

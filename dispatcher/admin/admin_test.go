@@ -81,7 +81,7 @@ func TestHandler(t *testing.T) {
 				{method: "PUT", path: "/v1/policy", token: "s3cret", body: `{"version":4,"slots":-1}`, wantCode: 400,
 					wantBody: `{"error":{"type":"invalid_policy","message":"the policy has 4 error(s); the previous policy stays","errors":[` +
 						`{"field":"slots","message":"must be \u003e= 0, got -1"},{"field":"ageingRate","message":"must be a finite number \u003e 0, got 0"},` +
-						`{"field":"authentication.mode","message":"must be \"TrustedHeader\" or \"APIKey\", got \"\""},{"field":"tiers","message":"at least one tier is required"}]}}`},
+						`{"field":"authentication.mode","message":"must be \"TrustedHeader\", \"APIKey\" or \"JWT\", got \"\""},{"field":"tiers","message":"at least one tier is required"}]}}`},
 				{method: "PUT", path: "/v1/policy", token: "s3cret", body: `{"version":4,"bogus":1}`, wantCode: 400,
 					wantBody: `{"error":{"type":"invalid_policy","message":"policy: decode: json: unknown field \"bogus\"; the previous policy stays"}}`},
 				{method: "GET", path: "/v1/policy", token: "s3cret", wantCode: 200, wantVersion: 3},

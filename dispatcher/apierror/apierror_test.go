@@ -122,7 +122,7 @@ func TestFromIdentity(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			_, err := id.Identify(tc.header)
+			_, err := id.Identify(&http.Request{Header: tc.header, RemoteAddr: "127.0.0.1:1"})
 			if err == nil {
 				t.Fatal("identified")
 			}

@@ -7,7 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/netip"
 	"strings"
+
+	"k8s.io/utils/clock"
 
 	"github.com/tiergate/tiergate/dispatcher/policy"
 )
@@ -63,19 +66,52 @@ type Identifier struct {
 	headerName  string // as the policy spells it, for messages
 	defaultTier string
 	tierOf      map[string]string // tenant -> tier
+	// sources are the trusted peers of TrustedHeader mode; none trusts all.
+	sources []netip.Prefix
 	// hashes and owners are parallel: every key hash and its tenant.
 	hashes [][sha256.Size]byte
 	owners []string
+	// jwt checks tokens in JWT mode; nil otherwise.
+	jwt *verifier
 }
 
+// Option configures New.
+type Option func(*options)
+
+type options struct {
+	clock clock.PassiveClock
+	prev  *Identifier
+}
+
+// WithClock sets the clock that token expiry is checked against (default
+// the real one).
+func WithClock(c clock.PassiveClock) Option { return func(o *options) { o.clock = c } }
+
+// Reusing carries prev's cache of verified tokens and its unknown key IDs
+// over when the new policy's JWT block (keys included) is the same, so a
+// resync does not make every client's token be verified again.
+func Reusing(prev *Identifier) Option { return func(o *options) { o.prev = prev } }
+
 // New compiles an Identifier; p must be valid.
-func New(p *policy.Policy) *Identifier {
+func New(p *policy.Policy, opts ...Option) *Identifier {
+	o := options{clock: clock.RealClock{}}
+	for _, f := range opts {
+		f(&o)
+	}
 	id := &Identifier{
 		mode:        p.Authentication.Mode,
 		header:      http.CanonicalHeaderKey(p.Authentication.HeaderName),
 		headerName:  p.Authentication.HeaderName,
 		defaultTier: p.DefaultTier,
 		tierOf:      make(map[string]string, len(p.Tenants)),
+		sources:     policy.ParseTrustedSources(p.Authentication.TrustedSources),
+	}
+	if p.Authentication.Mode == policy.AuthJWT && p.Authentication.JWT != nil {
+		var prev *verifier
+		if o.prev != nil {
+			prev = o.prev.jwt
+		}
+		id.jwt = newVerifier(p.Authentication.JWT, o.clock, prev)
 	}
 	for _, t := range p.Tenants {
 		id.tierOf[t.ID] = t.Tier
@@ -91,15 +127,21 @@ func New(p *policy.Policy) *Identifier {
 	return id
 }
 
-// Identify resolves the caller of a request with header h. A refusal is an
-// *Error.
-func (id *Identifier) Identify(h http.Header) (Identity, error) {
+// Identify resolves the caller of r from its headers and, for trusted
+// sources, its TCP peer (r.RemoteAddr, never a forwarded-for header). A
+// refusal is an *Error.
+func (id *Identifier) Identify(r *http.Request) (Identity, error) {
 	var tenant string
 	var err error
-	if id.mode == policy.AuthAPIKey {
-		tenant, err = id.byKey(h)
-	} else {
-		tenant, err = id.byHeader(h)
+	switch id.mode {
+	case policy.AuthAPIKey:
+		tenant, err = id.byKey(r.Header)
+	case policy.AuthJWT:
+		tenant, err = id.byToken(r.Header)
+	default:
+		if err = id.fromTrustedSource(r.RemoteAddr); err == nil {
+			tenant, err = id.byHeader(r.Header)
+		}
 	}
 	if err != nil {
 		return Identity{}, err
@@ -128,33 +170,51 @@ func (id *Identifier) byHeader(h http.Header) (string, error) {
 	if v == "" {
 		return "", refuse(ErrUnauthenticated, "the %s header is empty", id.headerName)
 	}
-	if len(v) > maxTenantLen {
-		return "", refuse(ErrMalformed, "the %s header is longer than %d bytes", id.headerName, maxTenantLen)
-	}
-	for i := 0; i < len(v); i++ {
-		if c := v[i]; c <= ' ' || c >= 0x7f {
-			return "", refuse(ErrMalformed, "the %s header may hold only visible ASCII characters", id.headerName)
-		}
+	if msg := badTenant(v); msg != "" {
+		return "", refuse(ErrMalformed, "the %s header %s", id.headerName, msg)
 	}
 	return v, nil
 }
 
-func (id *Identifier) byKey(h http.Header) (string, error) {
+// badTenant says what is wrong with a tenant ID, "" when nothing: it goes
+// into a forwarded header and into messages.
+func badTenant(v string) string {
+	if len(v) > maxTenantLen {
+		return fmt.Sprintf("is longer than %d bytes", maxTenantLen)
+	}
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; c <= ' ' || c >= 0x7f {
+			return "may hold only visible ASCII characters"
+		}
+	}
+	return ""
+}
+
+// bearer is the credential of "Authorization: Bearer <what>".
+func bearer(h http.Header, missing, what string) (string, error) {
 	vals := h["Authorization"]
 	switch len(vals) {
 	case 0:
-		return "", refuse(ErrUnauthenticated, "missing API key; send \"Authorization: Bearer <key>\"")
+		return "", refuse(ErrUnauthenticated, "missing %s; send \"Authorization: Bearer <%s>\"", missing, what)
 	case 1:
 	default:
 		return "", refuse(ErrMalformed, "the Authorization header is repeated %d times; send it once", len(vals))
 	}
-	scheme, key, ok := strings.Cut(vals[0], " ")
+	scheme, cred, ok := strings.Cut(vals[0], " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") {
-		return "", refuse(ErrUnauthenticated, "the Authorization header must be \"Bearer <key>\"")
+		return "", refuse(ErrUnauthenticated, "the Authorization header must be \"Bearer <%s>\"", what)
 	}
-	key = strings.TrimSpace(key)
-	if key == "" {
-		return "", refuse(ErrUnauthenticated, "the Bearer key is empty")
+	cred = strings.TrimSpace(cred)
+	if cred == "" {
+		return "", refuse(ErrUnauthenticated, "the Bearer %s is empty", what)
+	}
+	return cred, nil
+}
+
+func (id *Identifier) byKey(h http.Header) (string, error) {
+	key, err := bearer(h, "API key", "key")
+	if err != nil {
+		return "", err
 	}
 	sum := sha256.Sum256([]byte(key))
 	// Compare with every hash without stopping early, so the time taken
@@ -174,7 +234,7 @@ func (id *Identifier) byKey(h http.Header) (string, error) {
 // Strip removes the caller's credential and any client-sent tiergate
 // header from h, then names the resolved tenant in TenantHeader.
 func (id *Identifier) Strip(h http.Header, tenant string) {
-	if id.mode == policy.AuthAPIKey {
+	if id.mode == policy.AuthAPIKey || id.mode == policy.AuthJWT {
 		h.Del("Authorization")
 	} else {
 		h.Del(id.header)

@@ -93,7 +93,7 @@ func TestIdentify(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			got, err := New(pol(tc.mode, tc.defaultTier)).Identify(tc.header)
+			got, err := New(pol(tc.mode, tc.defaultTier)).Identify(&http.Request{Header: tc.header, RemoteAddr: "192.0.2.7:40000"})
 			if tc.wantErr != nil {
 				if !errors.Is(err, tc.wantErr) {
 					t.Fatalf("err = %v, want %v", err, tc.wantErr)

@@ -6,7 +6,10 @@
 // errors wrap ErrDecode), Validate (every violation as ValidationErrors, a
 // list of {Field, Message} with JSON field paths such as
 // "tiers[1].queueBound"), DecodeAndValidate, and CheckVersion
-// (ErrStaleVersion for an older version: the admin API's 409). The admin
+// (ErrStaleVersion for an older version: the admin API's 409). CheckJWKS
+// is the key check of JWT mode, shared with the controller: only RSA, EC
+// and OKP public signing keys pass, and a key that carried private members
+// (JWK records their names, never their values) is refused. The admin
 // API's error body, AdminErrorBody, is defined here too, so the dispatcher
 // and the controller's push client share it.
 //

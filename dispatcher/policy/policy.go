@@ -4,6 +4,7 @@ package policy
 const (
 	AuthTrustedHeader = "TrustedHeader"
 	AuthAPIKey        = "APIKey"
+	AuthJWT           = "JWT"
 )
 
 // Shared-state modes.
@@ -58,6 +59,11 @@ type Policy struct {
 type Authentication struct {
 	Mode       string `json:"mode"`
 	HeaderName string `json:"headerName,omitempty"`
+	// TrustedSources, in TrustedHeader mode, are the CIDRs of the TCP peers
+	// whose tenant header is believed; empty believes every peer.
+	TrustedSources []string `json:"trustedSources,omitempty"`
+	// JWT is the token check of JWT mode, keys included.
+	JWT *JWT `json:"jwt,omitempty"`
 }
 
 // Tier is one priority tier with its derived bounds.
@@ -114,4 +120,8 @@ type Measured struct {
 	// for a slot right now, held ones (Slots 0) included; its own count,
 	// not the fleet's, in Redis mode too.
 	Queued int64 `json:"queued,omitempty"`
+	// UnknownKeyIDs are key IDs that JWTs named and the policy's JWKS does
+	// not hold (at most MaxUnknownKeyIDs, sorted): the controller refetches
+	// a JWKS URL when it sees one.
+	UnknownKeyIDs []string `json:"unknownKeyIDs,omitempty"`
 }

@@ -90,18 +90,6 @@ func (c *checker) pool(p *Policy) {
 	}
 }
 
-func (c *checker) authentication(a Authentication) {
-	switch a.Mode {
-	case AuthAPIKey:
-	case AuthTrustedHeader:
-		if a.HeaderName == "" {
-			c.add("authentication.headerName", "is required when mode is %s", AuthTrustedHeader)
-		}
-	default:
-		c.add("authentication.mode", "must be %q or %q, got %q", AuthTrustedHeader, AuthAPIKey, a.Mode)
-	}
-}
-
 func (c *checker) exemptPaths(paths []string) {
 	for i, path := range paths {
 		if !strings.HasPrefix(path, "/") {

@@ -117,9 +117,13 @@ func NewTransport() *http.Transport {
 // updates the queue and balancer first, so a tier this policy introduces is
 // known to the queue before any request names it.
 func (s *Server) SetPolicy(p *policy.Policy) {
+	var prev *identity.Identifier
+	if old := s.cur.Load(); old != nil {
+		prev = old.id
+	}
 	st := &state{
 		pool:          p.Pool,
-		id:            identity.New(p),
+		id:            identity.New(p, identity.Reusing(prev)),
 		exempt:        make(map[string]bool, len(p.ExemptPaths)),
 		tierWait:      make(map[string]time.Duration, len(p.Tiers)),
 		clientTimeout: time.Duration(p.ClientTimeoutSeconds * float64(time.Second)),
@@ -193,7 +197,7 @@ func (s *Server) serve(x *exchange, r *http.Request) {
 		return
 	}
 	x.pool = st.pool
-	who, err := st.id.Identify(r.Header)
+	who, err := st.id.Identify(r)
 	x.tier = who.Tier
 	if err != nil {
 		s.refuse(x, apierror.FromIdentity(err))

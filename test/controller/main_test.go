@@ -34,6 +34,7 @@ var (
 	ctrlConfig string        // kubeconfig of the controller's service account user
 	pushToken  string        // the controller's --push-token-file
 	auditLog   string        // the API server's audit log of Secret requests
+	jwksCA     *testCA       // the CA of --jwks-ca-file: test identity providers' certificates
 	k8s        client.Client
 	testEnv    *envtest.Environment
 	ctrlProc   *controllerProcess
@@ -153,6 +154,9 @@ func setUp() error {
 	if err := os.WriteFile(pushToken, []byte("e2e-push-token-0123456789\n"), 0o600); err != nil {
 		return err
 	}
+	if jwksCA, err = newTestCA(filepath.Join(tmpDir, "jwks-ca.pem")); err != nil {
+		return err
+	}
 	ctrlProc, err = startController()
 	return err
 }
@@ -185,6 +189,8 @@ func startController() (*controllerProcess, error) {
 		"--push-token-file", pushToken,
 		"--resync-period", "500ms",
 		"--push-timeout", "1s",
+		"--jwks-ca-file", jwksCA.file,
+		"--jwks-min-refetch-interval", "1s",
 		"--zap-log-level", logLevel(),
 	)
 	if c.Process, err = testutil.Start(cmd); err != nil {

@@ -152,6 +152,9 @@ func TestInstallUpgradeUninstall(t *testing.T) {
 		"app.kubernetes.io/name: tiergate-dispatcher",
 		"app.kubernetes.io/instance: " + release,
 		"http://tiergate-dispatcher." + ns + ".svc:80/v1",
+		"trustedSources: [<CIDR of the gateway that sets X-Tenant-ID>]",
+		"the ModelPool carries the Warning condition\nTenantHeaderUnprotected",
+		"Today the data port is open to every pod: networkPolicy.dataFrom is empty.",
 	} {
 		if !strings.Contains(notes, want) {
 			t.Errorf("install NOTES lack %q:\n%s", want, notes)
@@ -425,7 +428,6 @@ func TestRBAC(t *testing.T) {
 		"controller updates its lease":            {controller, []string{"update", "leases.coordination.k8s.io", "-n", ns}, true},
 		"controller cannot delete leases":         {controller, []string{"delete", "leases.coordination.k8s.io", "-n", ns}, false},
 		"controller no leases elsewhere":          {controller, []string{"create", "leases.coordination.k8s.io", "-n", "default"}, false},
-		"controller cannot read configmaps":       {controller, []string{"get", "configmaps", "-n", ns}, false},
 		"controller creates scaledobjects":        {controller, []string{"create", "scaledobjects.keda.sh", "-n", "default"}, true},
 		"controller updates scaledobjects":        {controller, []string{"update", "scaledobjects.keda.sh", "-A"}, true},
 		"controller deletes scaledobjects":        {controller, []string{"delete", "scaledobjects.keda.sh", "-A"}, true},
@@ -433,6 +435,8 @@ func TestRBAC(t *testing.T) {
 		"controller cannot patch scaledobjects":   {controller, []string{"patch", "scaledobjects.keda.sh", "-A"}, false},
 		"controller no hpas":                      {controller, []string{"create", "horizontalpodautoscalers.autoscaling", "-A"}, false},
 		"dispatcher cannot touch scaledobjects":   {dispatcher, []string{"get", "scaledobjects.keda.sh", "-n", ns}, false},
+		"controller reads JWKS configmaps":        {controller, []string{"watch", "configmaps", "-A"}, true},
+		"controller cannot write configmaps":      {controller, []string{"update", "configmaps", "-n", ns}, false},
 		"controller cannot list nodes":            {controller, []string{"list", "nodes"}, false},
 		"dispatcher cannot read pools":            {dispatcher, []string{"get", "modelpools.tiergate.dev", "-n", ns}, false},
 		"dispatcher cannot read pods":             {dispatcher, []string{"list", "pods", "-n", ns}, false},

@@ -151,7 +151,7 @@ func TestBadObjectsAreRefused(t *testing.T) {
 		"clientTimeout not a duration": {"ModelPool", "llm", set("spec.clientTimeout", "half a minute"),
 			[]cause{invalid("spec.clientTimeout", `Invalid value: "half a minute": `+timeoutMsg)}},
 		"unknown auth mode": {"ModelPool", "llm", set("spec.authentication.mode", "Basic"),
-			[]cause{{metav1.CauseTypeFieldValueNotSupported, "spec.authentication.mode", `Unsupported value: "Basic": supported values: "TrustedHeader", "APIKey"`}, notChecked}},
+			[]cause{{metav1.CauseTypeFieldValueNotSupported, "spec.authentication.mode", `Unsupported value: "Basic": supported values: "TrustedHeader", "APIKey", "JWT"`}, notChecked}},
 		"TrustedHeader with empty header": {"ModelPool", "llm", set("spec.authentication.headerName", ""),
 			[]cause{invalid("spec.authentication.headerName", headerNeeded)}},
 		"header name with a space": {"ModelPool", "llm", set("spec.authentication.headerName", "X Tenant"),
