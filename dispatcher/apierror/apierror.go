@@ -16,17 +16,18 @@ import (
 // statuses is the HTTP status of each refusal cause (queue.Causes); this
 // table is the only place that decides it.
 var statuses = map[string]int{
-	queue.CauseCapacity:        http.StatusTooManyRequests,
-	queue.CauseTenantLimit:     http.StatusTooManyRequests,
-	queue.CauseUnauthenticated: http.StatusUnauthorized,
-	queue.CauseUnknownTenant:   http.StatusForbidden,
-	queue.CauseUnavailable:     http.StatusServiceUnavailable,
-	queue.CauseDraining:        http.StatusServiceUnavailable,
-	queue.CauseQueueTimeout:    http.StatusGatewayTimeout,
-	queue.CauseBodyTooLarge:    http.StatusRequestEntityTooLarge,
-	queue.CauseBadRequest:      http.StatusBadRequest,
-	queue.CauseRequestTimeout:  http.StatusRequestTimeout,
-	queue.CauseBackendError:    http.StatusBadGateway,
+	queue.CauseCapacity:         http.StatusTooManyRequests,
+	queue.CauseTenantLimit:      http.StatusTooManyRequests,
+	queue.CauseUnauthenticated:  http.StatusUnauthorized,
+	queue.CauseUnknownTenant:    http.StatusForbidden,
+	queue.CauseUnavailable:      http.StatusServiceUnavailable,
+	queue.CauseDraining:         http.StatusServiceUnavailable,
+	queue.CauseQueueTimeout:     http.StatusGatewayTimeout,
+	queue.CauseBodyTooLarge:     http.StatusRequestEntityTooLarge,
+	queue.CauseBadRequest:       http.StatusBadRequest,
+	queue.CauseRequestTimeout:   http.StatusRequestTimeout,
+	queue.CauseBackendError:     http.StatusBadGateway,
+	queue.CauseMethodNotAllowed: http.StatusMethodNotAllowed,
 }
 
 // statusOf is the HTTP status of a cause; 500 for one that statuses lacks,
@@ -222,6 +223,12 @@ func BodyTooLarge(limit int64) *Error {
 // RequestTimeout is the 408 for a body that did not arrive in time.
 func RequestTimeout(limit time.Duration) *Error {
 	return newError(queue.CauseRequestTimeout, "", fmt.Sprintf("the request body did not arrive within %s", limit))
+}
+
+// MethodNotAllowed is the 405 for a method the dispatcher never proxies
+// (CONNECT); the caller sets the Allow header.
+func MethodNotAllowed(method string) *Error {
+	return newError(queue.CauseMethodNotAllowed, "", fmt.Sprintf("the dispatcher does not accept %s: it proxies model API calls and is not a tunnel", method))
 }
 
 // BackendError is the 502 for a backend that failed before answering.
