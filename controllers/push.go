@@ -29,11 +29,12 @@ type PushResult string
 // Push results.
 const (
 	PushOK           PushResult = "success"
-	PushUnauthorized PushResult = "unauthorized" // 401 or 403: wrong or missing token
-	PushRejected     PushResult = "rejected"     // 400: the dispatcher found the policy invalid
-	PushConflict     PushResult = "conflict"     // 409 stale_version: the dispatcher holds a newer version
-	PushUnreachable  PushResult = "unreachable"  // no HTTP answer within the timeout
-	PushFailed       PushResult = "error"        // any other answer (another 409 too), or no token to send
+	PushUnauthorized PushResult = "unauthorized"  // 401 or 403: wrong or missing token
+	PushRejected     PushResult = "rejected"      // 400: the dispatcher found the policy invalid
+	PushConflict     PushResult = "conflict"      // 409 stale_version: the dispatcher holds a newer version
+	PushPoolMismatch PushResult = "pool_mismatch" // 409 pool_mismatch: the dispatcher holds another pool's policy
+	PushUnreachable  PushResult = "unreachable"   // no HTTP answer within the timeout
+	PushFailed       PushResult = "error"         // any other answer (another 409 too), or no token to send
 )
 
 // Sentinel errors of a push attempt; PodState.Err wraps one of them.
@@ -41,6 +42,7 @@ var (
 	ErrPushUnauthorized = errors.New("dispatcher refused the push token")
 	ErrPushRejected     = errors.New("dispatcher rejected the policy")
 	ErrPushConflict     = errors.New("dispatcher holds a newer policy version")
+	ErrPushPoolMismatch = errors.New("dispatcher holds another pool's policy")
 	ErrPushUnreachable  = errors.New("dispatcher unreachable")
 	ErrPushFailed       = errors.New("push failed")
 )
@@ -75,6 +77,9 @@ type PodState struct {
 	Failures int
 	// HeldVersion is the version a 409 (stale_version) said the pod holds.
 	HeldVersion int64
+	// HeldPool is the pool a 409 (pool_mismatch) said the pod holds: the
+	// pod is selected by another ModelPool too.
+	HeldPool string
 	// Attempts counts push attempts to this pod.
 	Attempts int
 }
@@ -373,12 +378,14 @@ func (p *Pusher) record(s *sender, tgt Target, a attempt) {
 		st.Stats = a.ack.Stats
 		st.Failures = 0
 		st.HeldVersion = 0
+		st.HeldPool = ""
 		return
 	}
 	st.Failures++
 	if a.result == PushConflict {
 		st.HeldVersion = a.held
 	}
+	st.HeldPool = a.heldPool
 	s.failedVersion = tgt.Policy.Version
 	s.retryAt = p.opts.Clock.Now().Add(p.backoff(st.Failures))
 }
@@ -392,10 +399,11 @@ func (p *Pusher) backoff(failures int) time.Duration {
 }
 
 type attempt struct {
-	result PushResult
-	err    error
-	ack    policy.Ack
-	held   int64
+	result   PushResult
+	err      error
+	ack      policy.Ack
+	held     int64
+	heldPool string
 }
 
 // maxAnswer bounds how much of a dispatcher's answer is read.
@@ -456,6 +464,9 @@ func refused(t Target, code int, answer []byte) attempt {
 		return attempt{result: PushUnauthorized, err: fmt.Errorf("%w: %s", ErrPushUnauthorized, what)}
 	case code == http.StatusBadRequest:
 		return attempt{result: PushRejected, err: fmt.Errorf("%w: %s", ErrPushRejected, what)}
+	case code == http.StatusConflict && e.Type == policy.AdminPoolMismatch && e.CurrentPool != "":
+		return attempt{result: PushPoolMismatch, heldPool: e.CurrentPool,
+			err: fmt.Errorf("%w: %s holds the policy of pool %s, sent pool %s", ErrPushPoolMismatch, t.Address, e.CurrentPool, t.Policy.Pool)}
 	case code == http.StatusConflict && e.Type == policy.AdminStaleVersion && e.CurrentVersion != nil:
 		held := *e.CurrentVersion
 		return attempt{result: PushConflict, held: held, err: fmt.Errorf("%w: %s holds version %d, sent %d", ErrPushConflict, t.Address, held, t.Policy.Version)}

@@ -251,9 +251,12 @@ const (
 	ReasonPushUnauthorized      ModelPoolReason = "PushUnauthorized"
 	ReasonPushRejected          ModelPoolReason = "PushRejected"
 	ReasonDispatcherUnreachable ModelPoolReason = "DispatcherUnreachable"
-	ReasonHealthy               ModelPoolReason = "Healthy"
-	ReasonHorizonWithinTimeout  ModelPoolReason = "HorizonWithinClientTimeout"
-	ReasonHorizonExceedsTimeout ModelPoolReason = "HorizonExceedsClientTimeout"
+	// ReasonDispatcherHeldByOtherPool: a dispatcher pod this pool selects
+	// holds another ModelPool's policy (their selectors overlap).
+	ReasonDispatcherHeldByOtherPool ModelPoolReason = "DispatcherHeldByOtherPool"
+	ReasonHealthy                   ModelPoolReason = "Healthy"
+	ReasonHorizonWithinTimeout      ModelPoolReason = "HorizonWithinClientTimeout"
+	ReasonHorizonExceedsTimeout     ModelPoolReason = "HorizonExceedsClientTimeout"
 )
 
 // +kubebuilder:object:root=true
