@@ -141,7 +141,8 @@ func (o *PusherOptions) validate() error {
 }
 
 // Pusher keeps every dispatcher pod supplied with its policy. Each pod has
-// one sender goroutine while it is a target; the goroutine pushes when the
+// one sender goroutine per pool while it is that pool's target (a pod two
+// pools select has two, and holds one pool's policy); the goroutine pushes when the
 // pod's acknowledged version differs from its target's, or when a resync
 // asks, and backs off after failures. Pusher is a manager Runnable: senders
 // run only between Start and the end of its context (so only on the leader).
@@ -152,11 +153,19 @@ type Pusher struct {
 	mu      sync.Mutex
 	ctx     context.Context // nil until Start
 	wg      sync.WaitGroup
-	senders map[types.UID]*sender
+	senders map[senderKey]*sender
 	byPool  map[types.NamespacedName]map[types.UID]bool
 
 	// trace, when set (tests), hears each sender park and stop.
 	trace func(types.UID, senderEvent)
+}
+
+// senderKey names a sender: one per pool and pod, so two pools that
+// select the same pod (overlapping selectors) each push their own policy
+// and see their own answers.
+type senderKey struct {
+	pool types.NamespacedName
+	uid  types.UID
 }
 
 type sender struct {
@@ -183,7 +192,7 @@ func NewPusher(opts PusherOptions) (*Pusher, error) {
 		opts: opts,
 		// The per-attempt timeout comes from the request context.
 		client:  &http.Client{Transport: opts.Transport, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }},
-		senders: map[types.UID]*sender{},
+		senders: map[senderKey]*sender{},
 		byPool:  map[types.NamespacedName]map[types.UID]bool{},
 	}, nil
 }
@@ -211,11 +220,11 @@ func (p *Pusher) Sync(pool types.NamespacedName, targets []Target, resync bool) 
 	keep := map[types.UID]bool{}
 	for _, t := range targets {
 		keep[t.UID] = true
-		s, ok := p.senders[t.UID]
+		s, ok := p.senders[senderKey{pool, t.UID}]
 		if !ok {
 			s = &sender{uid: t.UID, pool: pool, target: t, kick: make(chan struct{}, 1),
 				state: PodState{UID: t.UID, Name: t.Name, Address: t.Address}}
-			p.senders[t.UID] = s
+			p.senders[senderKey{pool, t.UID}] = s
 			if p.ctx != nil {
 				p.startLocked(s)
 			}
@@ -242,7 +251,7 @@ func (p *Pusher) Sync(pool types.NamespacedName, targets []Target, resync bool) 
 	}
 	for uid := range p.byPool[pool] {
 		if !keep[uid] {
-			p.stopLocked(uid)
+			p.stopLocked(senderKey{pool, uid})
 		}
 	}
 	p.byPool[pool] = keep
@@ -257,7 +266,7 @@ func (p *Pusher) States(pool types.NamespacedName) []PodState {
 	defer p.mu.Unlock()
 	out := make([]PodState, 0, len(p.byPool[pool]))
 	for uid := range p.byPool[pool] {
-		out = append(out, p.senders[uid].state)
+		out = append(out, p.senders[senderKey{pool, uid}].state)
 	}
 	sort.Slice(out, func(a, b int) bool { return out[a].Name < out[b].Name })
 	return out
@@ -273,12 +282,12 @@ func (p *Pusher) startLocked(s *sender) {
 	}()
 }
 
-func (p *Pusher) stopLocked(uid types.UID) {
-	if s, ok := p.senders[uid]; ok {
+func (p *Pusher) stopLocked(k senderKey) {
+	if s, ok := p.senders[k]; ok {
 		if s.cancel != nil {
 			s.cancel()
 		}
-		delete(p.senders, uid)
+		delete(p.senders, k)
 	}
 }
 

@@ -577,6 +577,36 @@ func TestPusherRecordsTheHeldPool(t *testing.T) {
 	}
 }
 
+// Two pools that select the same pod each have their own sender and see
+// their own answers: the pool whose policy the pod holds is synced, the
+// other one is refused with pool_mismatch, and neither overwrites the
+// other's target.
+func TestPusherKeepsPoolsApartOnASharedPod(t *testing.T) {
+	d := newDispatcherServer(t, serverOptions{token: "tok", held: 1})
+	h := startPusher(t, writeToken(t, "tok"))
+	other := types.NamespacedName{Namespace: "ns", Name: "q"}
+	theirs := target("u1", d, 2)
+	theirs.Policy.Pool = "ns/q"
+	h.p.Sync(testPool, []Target{target("u1", d, 2)}, false)
+	h.p.Sync(other, []Target{theirs}, false)
+	h.next(t)
+	h.next(t)
+	mine, refused := h.p.States(testPool), h.p.States(other)
+	if len(mine) != 1 || mine[0].Result != PushOK || mine[0].AckedVersion != 2 {
+		t.Errorf("the pod's own pool: %+v, want acked 2", mine)
+	}
+	if len(refused) != 1 || refused[0].Result != PushPoolMismatch || refused[0].HeldPool != "ns/p" {
+		t.Errorf("the other pool: %+v, want a pool mismatch naming ns/p", refused)
+	}
+	if p := d.backend.Policy(); p.Pool != "ns/p" || p.Version != 2 {
+		t.Errorf("the pod holds %s v%d, want ns/p v2", p.Pool, p.Version)
+	}
+	h.p.Forget(other)
+	if got := len(h.p.States(testPool)); got != 1 {
+		t.Errorf("forgetting the other pool stopped this pool's sender too: %d states", got)
+	}
+}
+
 func TestPusherStopsPushingToRemovedPods(t *testing.T) {
 	a, b := newDispatcherServer(t, serverOptions{token: "tok"}), newDispatcherServer(t, serverOptions{token: "tok"})
 	h := startPusher(t, writeToken(t, "tok"))

@@ -350,15 +350,23 @@ func serve(s *http.Server, ln net.Listener) error {
 	return nil
 }
 
+// keepAliveGrace is how long requests are still admitted once keep-alives
+// have stopped. A request read on a connection that was busy at that
+// instant was sent before its client could learn it should leave; it is
+// served, with Connection: close, instead of getting 503 on a reused
+// connection.
+const keepAliveGrace = 100 * time.Millisecond
+
 // drain runs the shutdown sequence up to the point where no request is
 // left inside the data path. Keep-alives end first: idle connections
 // close, and every response from now on says Connection: close, so pooled
 // clients reconnect (through the Service, elsewhere) instead of reusing a
-// connection to this dispatcher.
+// connection to this dispatcher. After keepAliveGrace new requests get 503.
 func (d *Dispatcher) drain(data *http.Server) {
 	log := d.cfg.Log
 	start := time.Now()
 	data.SetKeepAlivesEnabled(false)
+	time.Sleep(keepAliveGrace)
 	d.srv.StartDrain()
 	d.q.Drain()
 	log.Info("draining", "queued", d.q.Stats().Queued, "timeout", d.cfg.DrainTimeout.String())
