@@ -129,7 +129,7 @@ func FromQueue(err error, tenant, tier string, tierWait, clientTimeout time.Dura
 	var ref *queue.Refusal
 	switch {
 	case errors.As(err, &ref):
-		return fromRefusal(ref, tenant, tier)
+		return fromRefusal(ref, tenant)
 	case errors.Is(err, queue.ErrUnknownTier):
 		return unknownTenant(tenant)
 	case errors.Is(err, queue.ErrNoPolicy):
@@ -153,8 +153,11 @@ func FromQueue(err error, tenant, tier string, tierWait, clientTimeout time.Dura
 	}
 }
 
-// fromRefusal is the 429 of a full tier queue or a tenant at its limit.
-func fromRefusal(ref *queue.Refusal, tenant, tier string) *Error {
+// fromRefusal is the 429 of a full tier queue or a tenant at its limit,
+// in the tier the queue refused it in (that of the policy in force, which
+// may not be the caller's).
+func fromRefusal(ref *queue.Refusal, tenant string) *Error {
+	tier := ref.Tier
 	e := newError(ref.CauseLabel(), tier, "")
 	e.Position, e.RetryAfter = ref.Position, ref.RetryAfter
 	if e.Cause == queue.CauseTenantLimit {

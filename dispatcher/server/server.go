@@ -230,10 +230,6 @@ func (s *Server) serve(x *exchange, r *http.Request) {
 func (s *Server) queueAndForward(x *exchange, r *http.Request, st *state, who identity.Identity, body []byte) {
 	h, err := s.q.Admit(who.Tenant, who.Tier)
 	if err != nil {
-		var ref *queue.Refusal
-		if errors.As(err, &ref) {
-			who.Tier, x.tier = ref.Tier, ref.Tier // the tier of the policy in force
-		}
 		s.refuse(x, apierror.FromQueue(err, who.Tenant, who.Tier, st.tierWait[who.Tier], st.clientTimeout))
 		return
 	}
@@ -272,6 +268,7 @@ func (s *Server) refuse(x *exchange, e *apierror.Error) {
 	if e.Tier == "" {
 		e.Tier = x.tier // known once the caller is identified
 	}
+	x.tier = e.Tier // a full queue's is the tier the policy in force gave
 	e.Write(&x.sw)
 	s.m.Reject(x.pool, x.tier, e.Cause)
 }
