@@ -13,6 +13,7 @@ import (
 	"github.com/go-logr/logr/funcr"
 
 	"github.com/tiergate/tiergate/dispatcher"
+	"github.com/tiergate/tiergate/dispatcher/balancer"
 	"github.com/tiergate/tiergate/dispatcher/fleet"
 	"github.com/tiergate/tiergate/dispatcher/server"
 	"github.com/tiergate/tiergate/internal/tokenfile"
@@ -36,6 +37,8 @@ func runDispatcher(args []string, stdout, stderr io.Writer) int {
 	maxBody := fs.Int64("max-body-bytes", server.DefaultMaxBodyBytes, "largest request body; larger gets 413")
 	bodyTimeout := fs.Duration("body-timeout", server.DefaultBodyTimeout, "longest time to receive a request body; slower gets 408")
 	readHeaderTimeout := fs.Duration("read-header-timeout", 10*time.Second, "longest time to receive a request's headers (against slowloris clients)")
+	var health balancer.Health
+	balancer.AddFlags(fs, &health) // --backend-eject-after-failures, --backend-eject-after-unreachable, --backend-ejection-base, --backend-ejection-max
 	verbosity := fs.Int("v", 0, "log verbosity: 0 lifecycle and errors, 1 also per-request failures")
 	logFormat := fs.String("log-format", "json", `log format: "json" or "text"`)
 	fs.Usage = func() {
@@ -67,7 +70,7 @@ func runDispatcher(args []string, stdout, stderr io.Writer) int {
 	cfg := dispatcher.Config{
 		Listen: *listen, AdminListen: *adminListen, PolicyFile: *policyFile,
 		DrainTimeout: *drainTimeout, MaxBodyBytes: *maxBody, BodyTimeout: *bodyTimeout,
-		ReadHeaderTimeout: *readHeaderTimeout, Fleet: fleetCfg, Log: log,
+		ReadHeaderTimeout: *readHeaderTimeout, Fleet: fleetCfg, Health: health, Log: log,
 	}
 	if tokens != nil {
 		cfg.AdminTokens = tokens

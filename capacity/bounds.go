@@ -67,8 +67,11 @@ type PoolBounds struct {
 	ServiceRateString string
 	// AgeingRate is the waiting time worth one priority point.
 	AgeingRate time.Duration
-	// AgeingHorizon is AgeingRate × (max base − min base): how long the
-	// lowest tier can wait behind the highest.
+	// AgeingSpread is max base − min base: the points the lowest tier's
+	// requests climb.
+	AgeingSpread int32
+	// AgeingHorizon is AgeingRate × AgeingSpread: how long the lowest tier
+	// can wait behind the highest (saturated at the longest Duration).
 	AgeingHorizon time.Duration
 	// ClientTimeout is spec.clientTimeout, 0 when unset.
 	ClientTimeout time.Duration
@@ -192,7 +195,7 @@ func poolBounds(spec *v1alpha1.ModelPoolSpec, r rates, tiers []v1alpha1.ServiceT
 	}
 	spread := baseSpread(tiers)
 	ageing := ageingRate(spec.Ageing, spread)
-	horizon := ageing * time.Duration(spread)
+	horizon := mulDuration(ageing, int64(spread))
 	mu := r.serviceRate()
 	muF, _ := mu.Float64()
 	var first *big.Rat
@@ -207,9 +210,10 @@ func poolBounds(spec *v1alpha1.ModelPoolSpec, r rates, tiers []v1alpha1.ServiceT
 		ServiceRate:                 muF,
 		ServiceRateString:           decimalString(mu, 3),
 		AgeingRate:                  ageing,
-		AgeingHorizon:               horizon,
+		AgeingSpread:                spread,
+		AgeingHorizon:               saturate(horizon),
 		ClientTimeout:               clientTimeout,
-		HorizonExceedsClientTimeout: clientTimeout > 0 && horizon > clientTimeout,
+		HorizonExceedsClientTimeout: clientTimeout > 0 && longer(horizon, clientTimeout),
 		NoReadyReplicas:             r.concurrency == 0,
 		ColdStart:                   r.coldStart,
 		FirstReplicaRate:            ratFloat(first),

@@ -99,13 +99,15 @@ func TestHorizonMessage(t *testing.T) {
 		pool PoolBounds
 		want string
 	}{
-		"no client timeout": {PoolBounds{AgeingRate: 6 * time.Second, AgeingHorizon: 2 * time.Minute},
+		"no client timeout": {PoolBounds{AgeingRate: 6 * time.Second, AgeingSpread: 20, AgeingHorizon: 2 * time.Minute},
 			"ageing horizon 2m0s (6s per point × 20 points); no clientTimeout is set"},
-		"within the client timeout": {PoolBounds{AgeingRate: 6 * time.Second, AgeingHorizon: 2 * time.Minute, ClientTimeout: 3 * time.Minute},
+		"within the client timeout": {PoolBounds{AgeingRate: 6 * time.Second, AgeingSpread: 20, AgeingHorizon: 2 * time.Minute, ClientTimeout: 3 * time.Minute},
 			"ageing horizon 2m0s (6s per point × 20 points) is within clientTimeout 3m0s"},
-		"beyond the client timeout": {PoolBounds{AgeingRate: 6 * time.Second, AgeingHorizon: 2 * time.Minute, ClientTimeout: 30 * time.Second, HorizonExceedsClientTimeout: true},
+		"beyond the client timeout": {PoolBounds{AgeingRate: 6 * time.Second, AgeingSpread: 20, AgeingHorizon: 2 * time.Minute, ClientTimeout: 30 * time.Second, HorizonExceedsClientTimeout: true},
 			"ageing horizon 2m0s (6s per point × 20 points) exceeds clientTimeout 30s: under sustained load of the top tier a request of the lowest tier expires before ageing lifts it, so the starvation guarantee is void"},
 		"one tier: no points": {PoolBounds{AgeingRate: 2 * time.Minute}, "ageing horizon 0s (2m0s per point × 0 points); no clientTimeout is set"},
+		"a saturated horizon": {PoolBounds{AgeingRate: time.Hour, AgeingSpread: 1000000, AgeingHorizon: maxDuration, ClientTimeout: maxDuration, HorizonExceedsClientTimeout: true},
+			"ageing horizon more than 292 years (1h0m0s per point × 1000000 points) exceeds clientTimeout more than 292 years: under sustained load of the top tier a request of the lowest tier expires before ageing lifts it, so the starvation guarantee is void"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

@@ -1,8 +1,10 @@
 package capacity
 
 import (
+	"math"
 	"math/big"
 	"strings"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/resource"
 )
@@ -73,3 +75,33 @@ func decimalString(r *big.Rat, prec int) string {
 	}
 	return s
 }
+
+// maxDuration is the longest time.Duration. The CRD allows durations up to
+// it and base priorities up to 10⁶, so a product or a sum of them may not
+// fit: such values are worked out exactly and saturate here.
+const maxDuration = time.Duration(math.MaxInt64)
+
+// mulDuration is d × n, exactly.
+func mulDuration(d time.Duration, n int64) *big.Int {
+	return new(big.Int).Mul(big.NewInt(int64(d)), big.NewInt(n))
+}
+
+// addDurations is v + the ds, exactly; v is not changed.
+func addDurations(v *big.Int, ds ...time.Duration) *big.Int {
+	sum := new(big.Int).Set(v)
+	for _, d := range ds {
+		sum.Add(sum, big.NewInt(int64(d)))
+	}
+	return sum
+}
+
+// saturate is v as a time.Duration, maxDuration when it is longer.
+func saturate(v *big.Int) time.Duration {
+	if !v.IsInt64() {
+		return maxDuration
+	}
+	return time.Duration(v.Int64())
+}
+
+// longer says whether the exact duration v is longer than d.
+func longer(v *big.Int, d time.Duration) bool { return v.Cmp(big.NewInt(int64(d))) > 0 }

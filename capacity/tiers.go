@@ -68,14 +68,17 @@ func stateMaxWaits(sorted []TierBounds, pool PoolBounds, r rates) {
 	minBase, top := sorted[0].BasePriority, sorted[0].Name
 	for i := range sorted {
 		tb := &sorted[i]
-		behind := pool.AgeingRate * time.Duration(tb.BasePriority-minBase)
+		behind := mulDuration(pool.AgeingRate, int64(tb.BasePriority-minBase))
+		var drain time.Duration
 		if r.boundsFor == 0 || (r.held() && tb.QueueBound == 0) {
 			tb.Unbounded = true
 		} else {
-			tb.MaxWait = r.coldStart + behind + r.drainTime(pool.TotalQueueBound) + r.serviceTime
-			tb.MaxWaitExceedsClientTimeout = pool.ClientTimeout > 0 && tb.MaxWait > pool.ClientTimeout
+			drain = r.drainTime(pool.TotalQueueBound)
+			wait := addDurations(behind, r.coldStart, drain, r.serviceTime)
+			tb.MaxWait = saturate(wait)
+			tb.MaxWaitExceedsClientTimeout = pool.ClientTimeout > 0 && longer(wait, pool.ClientTimeout)
 		}
-		tb.Guarantee = guarantee(*tb, pool, top, behind, tb.BasePriority == minBase)
+		tb.Guarantee = guarantee(*tb, pool, top, saturate(behind), drain, tb.BasePriority == minBase)
 	}
 }
 

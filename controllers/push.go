@@ -28,11 +28,12 @@ type PushResult string
 // Push results.
 const (
 	PushOK           PushResult = "success"
-	PushUnauthorized PushResult = "unauthorized" // 401 or 403: wrong or missing token
-	PushRejected     PushResult = "rejected"     // 400: the dispatcher found the policy invalid
-	PushConflict     PushResult = "conflict"     // 409 stale_version: the dispatcher holds a newer version
-	PushUnreachable  PushResult = "unreachable"  // no HTTP answer within the timeout
-	PushFailed       PushResult = "error"        // any other answer (another 409 too), or no token to send
+	PushUnauthorized PushResult = "unauthorized"  // 401 or 403: wrong or missing token
+	PushRejected     PushResult = "rejected"      // 400: the dispatcher found the policy invalid
+	PushConflict     PushResult = "conflict"      // 409 stale_version: the dispatcher holds a newer version
+	PushPoolMismatch PushResult = "pool_mismatch" // 409 pool_mismatch: the dispatcher holds another pool's policy
+	PushUnreachable  PushResult = "unreachable"   // no HTTP answer within the timeout
+	PushFailed       PushResult = "error"         // any other answer (another 409 too), or no token to send
 )
 
 // Sentinel errors of a push attempt; PodState.Err wraps one of them.
@@ -40,6 +41,7 @@ var (
 	ErrPushUnauthorized = errors.New("dispatcher refused the push token")
 	ErrPushRejected     = errors.New("dispatcher rejected the policy")
 	ErrPushConflict     = errors.New("dispatcher holds a newer policy version")
+	ErrPushPoolMismatch = errors.New("dispatcher holds another pool's policy")
 	ErrPushUnreachable  = errors.New("dispatcher unreachable")
 	ErrPushFailed       = errors.New("push failed")
 )
@@ -74,6 +76,9 @@ type PodState struct {
 	Failures int
 	// HeldVersion is the version a 409 (stale_version) said the pod holds.
 	HeldVersion int64
+	// HeldPool is the pool a 409 (pool_mismatch) said the pod holds: the
+	// pod is selected by another ModelPool too.
+	HeldPool string
 	// Attempts counts push attempts to this pod.
 	Attempts int
 }
@@ -138,7 +143,8 @@ func (o *PusherOptions) validate() error {
 }
 
 // Pusher keeps every dispatcher pod supplied with its policy. Each pod has
-// one sender goroutine while it is a target; the goroutine pushes when the
+// one sender goroutine per pool while it is that pool's target (a pod two
+// pools select has two, and holds one pool's policy); the goroutine pushes when the
 // pod's acknowledged version differs from its target's, or when a resync
 // asks, and backs off after failures. Pusher is a manager Runnable: senders
 // run only between Start and the end of its context (so only on the leader).
@@ -149,11 +155,19 @@ type Pusher struct {
 	mu      sync.Mutex
 	ctx     context.Context // nil until Start
 	wg      sync.WaitGroup
-	senders map[types.UID]*sender
+	senders map[senderKey]*sender
 	byPool  map[types.NamespacedName]map[types.UID]bool
 
 	// trace, when set (tests), hears each sender park and stop.
 	trace func(types.UID, senderEvent)
+}
+
+// senderKey names a sender: one per pool and pod, so two pools that
+// select the same pod (overlapping selectors) each push their own policy
+// and see their own answers.
+type senderKey struct {
+	pool types.NamespacedName
+	uid  types.UID
 }
 
 type sender struct {
@@ -187,7 +201,7 @@ func NewPusher(opts PusherOptions) (*Pusher, error) {
 		opts: opts,
 		// The per-attempt timeout comes from the request context.
 		client:  &http.Client{Transport: opts.Transport, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }},
-		senders: map[types.UID]*sender{},
+		senders: map[senderKey]*sender{},
 		byPool:  map[types.NamespacedName]map[types.UID]bool{},
 	}, nil
 }
@@ -215,11 +229,11 @@ func (p *Pusher) Sync(pool types.NamespacedName, targets []Target, resync bool) 
 	keep := map[types.UID]bool{}
 	for _, t := range targets {
 		keep[t.UID] = true
-		s, ok := p.senders[t.UID]
+		s, ok := p.senders[senderKey{pool, t.UID}]
 		if !ok {
 			s = &sender{uid: t.UID, pool: pool, target: t, kick: make(chan struct{}, 1),
 				state: PodState{UID: t.UID, Name: t.Name, Address: t.Address}}
-			p.senders[t.UID] = s
+			p.senders[senderKey{pool, t.UID}] = s
 			if p.ctx != nil {
 				p.startLocked(s)
 			}
@@ -246,7 +260,7 @@ func (p *Pusher) Sync(pool types.NamespacedName, targets []Target, resync bool) 
 	}
 	for uid := range p.byPool[pool] {
 		if !keep[uid] {
-			p.stopLocked(uid)
+			p.stopLocked(senderKey{pool, uid})
 		}
 	}
 	p.byPool[pool] = keep
@@ -261,7 +275,7 @@ func (p *Pusher) States(pool types.NamespacedName) []PodState {
 	defer p.mu.Unlock()
 	out := make([]PodState, 0, len(p.byPool[pool]))
 	for uid := range p.byPool[pool] {
-		out = append(out, p.senders[uid].state)
+		out = append(out, p.senders[senderKey{pool, uid}].state)
 	}
 	sort.Slice(out, func(a, b int) bool { return out[a].Name < out[b].Name })
 	return out
@@ -277,12 +291,12 @@ func (p *Pusher) startLocked(s *sender) {
 	}()
 }
 
-func (p *Pusher) stopLocked(uid types.UID) {
-	if s, ok := p.senders[uid]; ok {
+func (p *Pusher) stopLocked(k senderKey) {
+	if s, ok := p.senders[k]; ok {
 		if s.cancel != nil {
 			s.cancel()
 		}
-		delete(p.senders, uid)
+		delete(p.senders, k)
 	}
 }
 
@@ -382,12 +396,14 @@ func (p *Pusher) record(s *sender, tgt Target, a attempt) {
 		st.Stats = a.ack.Stats
 		st.Failures = 0
 		st.HeldVersion = 0
+		st.HeldPool = ""
 		return
 	}
 	st.Failures++
 	if a.result == PushConflict {
 		st.HeldVersion = a.held
 	}
+	st.HeldPool = a.heldPool
 	s.failedVersion = tgt.Policy.Version
 	s.retryAt = p.opts.Clock.Now().Add(p.backoff(st.Failures))
 }
@@ -401,10 +417,11 @@ func (p *Pusher) backoff(failures int) time.Duration {
 }
 
 type attempt struct {
-	result PushResult
-	err    error
-	ack    policy.Ack
-	held   int64
+	result   PushResult
+	err      error
+	ack      policy.Ack
+	held     int64
+	heldPool string
 }
 
 // maxAnswer bounds how much of a dispatcher's answer is read.
@@ -465,6 +482,9 @@ func refused(t Target, code int, answer []byte) attempt {
 		return attempt{result: PushUnauthorized, err: fmt.Errorf("%w: %s", ErrPushUnauthorized, what)}
 	case code == http.StatusBadRequest:
 		return attempt{result: PushRejected, err: fmt.Errorf("%w: %s", ErrPushRejected, what)}
+	case code == http.StatusConflict && e.Type == policy.AdminPoolMismatch && e.CurrentPool != "":
+		return attempt{result: PushPoolMismatch, heldPool: e.CurrentPool,
+			err: fmt.Errorf("%w: %s holds the policy of pool %s, sent pool %s", ErrPushPoolMismatch, t.Address, e.CurrentPool, t.Policy.Pool)}
 	case code == http.StatusConflict && e.Type == policy.AdminStaleVersion && e.CurrentVersion != nil:
 		held := *e.CurrentVersion
 		return attempt{result: PushConflict, held: held, err: fmt.Errorf("%w: %s holds version %d, sent %d", ErrPushConflict, t.Address, held, t.Policy.Version)}

@@ -39,6 +39,9 @@ func (b *adminBackend) Apply(p *policy.Policy) (policy.Ack, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.pol != nil {
+		if err := policy.CheckPool(b.pol.Pool, p.Pool); err != nil {
+			return policy.Ack{}, err
+		}
 		if err := policy.CheckVersion(b.pol.Version, p.Version); err != nil {
 			return policy.Ack{}, err
 		}
@@ -76,6 +79,7 @@ type dispatcherServer struct {
 type serverOptions struct {
 	token          string // the admin token; "" disables the admin API
 	held           int64  // a policy version applied before the test
+	heldPool       string // the pool of that policy (default that of pushPolicy)
 	maxPolicyBytes int64
 	wrap           func(http.Handler) http.Handler
 }
@@ -90,6 +94,9 @@ func newDispatcherServer(t *testing.T, o serverOptions) *dispatcherServer {
 	}
 	if o.held != 0 {
 		p := pushPolicy(o.held)
+		if o.heldPool != "" {
+			p.Pool = o.heldPool
+		}
 		if _, err := d.backend.Apply(&p); err != nil {
 			t.Fatal(err)
 		}
@@ -176,7 +183,9 @@ func TestPushAgainstTheAdminAPI(t *testing.T) {
 		wantMsg    string // ADDR stands for the dispatcher's address
 		wantHeld   int64  // of a conflict
 		wantAcked  int64
-		wantHolds  int64 // the version the dispatcher holds afterwards
+		// wantHeldPool is the pool a pool_mismatch names.
+		wantHeldPool string
+		wantHolds    int64 // the version the dispatcher holds afterwards
 	}{
 		"200: applied and acknowledged": {
 			server: serverOptions{token: "s3cret", held: 5}, send: pushPolicy(7),
@@ -195,6 +204,11 @@ func TestPushAgainstTheAdminAPI(t *testing.T) {
 			server: serverOptions{token: "s3cret", held: 9}, send: pushPolicy(7),
 			wantResult: PushConflict, wantErr: ErrPushConflict, wantHeld: 9, wantHolds: 9,
 			wantMsg: "dispatcher holds a newer policy version: ADDR holds version 9, sent 7",
+		},
+		"409: another pool's policy is held, and nothing is bumped": {
+			server: serverOptions{token: "s3cret", held: 9, heldPool: "ns/other"}, send: pushPolicy(7),
+			wantResult: PushPoolMismatch, wantErr: ErrPushPoolMismatch, wantHeldPool: "ns/other", wantHolds: 9,
+			wantMsg: "dispatcher holds another pool's policy: ADDR holds the policy of pool ns/other, sent pool ns/p",
 		},
 		"401: a wrong token": {
 			server: serverOptions{token: "other", held: 5}, send: pushPolicy(7),
@@ -220,9 +234,9 @@ func TestPushAgainstTheAdminAPI(t *testing.T) {
 				t.Fatal(err)
 			}
 			a := p.push(context.Background(), Target{Name: "d-0", Address: d.addr(), Policy: tc.send})
-			if a.result != tc.wantResult || !errors.Is(a.err, tc.wantErr) || a.held != tc.wantHeld || a.ack.Version != tc.wantAcked {
-				t.Fatalf("push = {%s, %v, held %d, acked %d}, want {%s, %v, held %d, acked %d}",
-					a.result, a.err, a.held, a.ack.Version, tc.wantResult, tc.wantErr, tc.wantHeld, tc.wantAcked)
+			if a.result != tc.wantResult || !errors.Is(a.err, tc.wantErr) || a.held != tc.wantHeld || a.ack.Version != tc.wantAcked || a.heldPool != tc.wantHeldPool {
+				t.Fatalf("push = {%s, %v, held %d %q, acked %d}, want {%s, %v, held %d %q, acked %d}",
+					a.result, a.err, a.held, a.heldPool, a.ack.Version, tc.wantResult, tc.wantErr, tc.wantHeld, tc.wantHeldPool, tc.wantAcked)
 			}
 			if tc.wantMsg != "" && a.err.Error() != strings.ReplaceAll(tc.wantMsg, "ADDR", d.addr()) {
 				t.Errorf("error %q\nwant  %q", a.err, strings.ReplaceAll(tc.wantMsg, "ADDR", d.addr()))
@@ -268,7 +282,7 @@ func TestPushClassifiesOtherAnswers(t *testing.T) {
 			wantMsg: "dispatcher refused the push token: ADDR answered 403"},
 		"500 with a text body": {intercept: answer(500, "boom\n"), wantResult: PushFailed, wantErr: ErrPushFailed,
 			wantMsg: "push failed: ADDR answered 500: boom"},
-		"409 that is not stale_version": {intercept: answer(409, `{"error":{"type":"elsewhere","message":"not this pool"}}`),
+		"409 that is neither stale_version nor pool_mismatch": {intercept: answer(409, `{"error":{"type":"elsewhere","message":"not this pool"}}`),
 			wantResult: PushFailed, wantErr: ErrPushFailed, wantMsg: "push failed: ADDR answered 409: elsewhere: not this pool"},
 		"409 without a body": {intercept: answer(409, ""), wantResult: PushFailed, wantErr: ErrPushFailed,
 			wantMsg: "push failed: ADDR answered 409"},
@@ -537,6 +551,59 @@ func TestPusherRecordsTheHeldVersion(t *testing.T) {
 	}
 	if reqs, _ := d.seen(); !cmp.Equal(reqs, []string{"PUT /v1/policy"}) {
 		t.Errorf("requests %v, want one PUT", reqs)
+	}
+}
+
+// A pool_mismatch records the pool the dispatcher holds and no version,
+// so the reconciler does not bump its version over the other pool's; the
+// pod is retried with backoff, and a later success forgets the pool.
+func TestPusherRecordsTheHeldPool(t *testing.T) {
+	d := newDispatcherServer(t, serverOptions{token: "tok", held: 9, heldPool: "ns/other"})
+	h := startPusher(t, writeToken(t, "tok"))
+	h.p.Sync(testPool, []Target{target("u1", d, 7)}, false)
+	h.next(t)
+	s := h.p.States(testPool)[0]
+	if s.Result != PushPoolMismatch || s.HeldPool != "ns/other" || s.HeldVersion != 0 || s.Failures != 1 || !errors.Is(s.Err, ErrPushPoolMismatch) {
+		t.Fatalf("state %+v, want a pool mismatch holding ns/other", s)
+	}
+	h.expect(t, "u1", senderBackoff)
+	d.backend.mu.Lock()
+	d.backend.pol = nil // the pod restarted: it holds no pool any more
+	d.backend.mu.Unlock()
+	h.clk.Step(250 * time.Millisecond)
+	h.next(t)
+	if s := h.p.States(testPool)[0]; s.Result != PushOK || s.HeldPool != "" || s.AckedVersion != 7 {
+		t.Errorf("state %+v, want acked 7 and no held pool", s)
+	}
+}
+
+// Two pools that select the same pod each have their own sender and see
+// their own answers: the pool whose policy the pod holds is synced, the
+// other one is refused with pool_mismatch, and neither overwrites the
+// other's target.
+func TestPusherKeepsPoolsApartOnASharedPod(t *testing.T) {
+	d := newDispatcherServer(t, serverOptions{token: "tok", held: 1})
+	h := startPusher(t, writeToken(t, "tok"))
+	other := types.NamespacedName{Namespace: "ns", Name: "q"}
+	theirs := target("u1", d, 2)
+	theirs.Policy.Pool = "ns/q"
+	h.p.Sync(testPool, []Target{target("u1", d, 2)}, false)
+	h.p.Sync(other, []Target{theirs}, false)
+	h.next(t)
+	h.next(t)
+	mine, refused := h.p.States(testPool), h.p.States(other)
+	if len(mine) != 1 || mine[0].Result != PushOK || mine[0].AckedVersion != 2 {
+		t.Errorf("the pod's own pool: %+v, want acked 2", mine)
+	}
+	if len(refused) != 1 || refused[0].Result != PushPoolMismatch || refused[0].HeldPool != "ns/p" {
+		t.Errorf("the other pool: %+v, want a pool mismatch naming ns/p", refused)
+	}
+	if p := d.backend.Policy(); p.Pool != "ns/p" || p.Version != 2 {
+		t.Errorf("the pod holds %s v%d, want ns/p v2", p.Pool, p.Version)
+	}
+	h.p.Forget(other)
+	if got := len(h.p.States(testPool)); got != 1 {
+		t.Errorf("forgetting the other pool stopped this pool's sender too: %d states", got)
 	}
 }
 

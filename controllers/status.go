@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -156,6 +157,9 @@ func poolSynced(v poolView, c v1alpha1.DispatcherCounts) (bool, string, string) 
 	case !v.HasTiers:
 		return false, string(v1alpha1.ReasonNoTiers), "no policy to push: the pool has no ServiceTier"
 	}
+	if held := heldByOtherPools(v.Dispatchers); held != "" {
+		return false, string(v1alpha1.ReasonDispatcherHeldByOtherPool), held
+	}
 	var behind, refused []string
 	for _, d := range v.Dispatchers {
 		if d.Acked != v.Version {
@@ -218,6 +222,8 @@ func degradedReason(ds []dispatcherView, strike int) (string, string) {
 	case len(by[PushUnauthorized]) > 0:
 		return string(v1alpha1.ReasonPushUnauthorized), fmt.Sprintf("%s refused the push token (check --push-token-file against the dispatchers' --admin-token-file): %v",
 			listNames(by[PushUnauthorized]), first[PushUnauthorized])
+	case len(by[PushPoolMismatch]) > 0:
+		return string(v1alpha1.ReasonDispatcherHeldByOtherPool), heldByOtherPools(ds)
 	case len(by[PushRejected]) > 0:
 		return string(v1alpha1.ReasonPushRejected), fmt.Sprintf("%s rejected the policy: %v", listNames(by[PushRejected]), first[PushRejected])
 	case len(by[PushFailed]) > 0:
@@ -226,6 +232,28 @@ func degradedReason(ds []dispatcherView, strike int) (string, string) {
 		return string(v1alpha1.ReasonDispatcherUnreachable), fmt.Sprintf("%s unreachable, retrying with backoff: %v", listNames(by[PushUnreachable]), first[PushUnreachable])
 	}
 	return "", ""
+}
+
+// heldByOtherPools names the dispatcher pods that refused this pool's
+// policy because they hold another pool's; "" when none did.
+func heldByOtherPools(ds []dispatcherView) string {
+	var names, pools []string
+	for _, d := range ds {
+		if d.State.Result == PushPoolMismatch {
+			names = append(names, d.Name)
+			pools = append(pools, d.State.HeldPool)
+		}
+	}
+	if len(names) == 0 {
+		return ""
+	}
+	sort.Strings(pools)
+	who := "dispatcher " + listNames(names) + " holds"
+	if len(names) > 1 {
+		who = "dispatchers " + listNames(names) + " hold"
+	}
+	return fmt.Sprintf("%s the policy of ModelPool %s and refuse(s) this pool's: the two pools' spec.dispatchers.selector overlap. Make them disjoint; a dispatcher changes pool only when it restarts",
+		who, strings.Join(slices.Compact(pools), ", "))
 }
 
 func listNames(names []string) string {

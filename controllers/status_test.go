@@ -60,6 +60,9 @@ func TestDesiredPoolStatus(t *testing.T) {
 	unreachable := func(n int) PodState {
 		return PodState{Result: PushUnreachable, Failures: n, Err: fmt.Errorf("%w: 10.0.0.4:9090: connection refused", ErrPushUnreachable)}
 	}
+	heldByOther := PodState{Result: PushPoolMismatch, Failures: 1, HeldPool: "default/other",
+		Err: fmt.Errorf("%w: 10.0.0.5:9090 holds the policy of pool default/other, sent pool default/llm", ErrPushPoolMismatch)}
+	heldMsg := "dispatcher d-1 holds the policy of ModelPool default/other and refuse(s) this pool's: the two pools' spec.dispatchers.selector overlap. Make them disjoint; a dispatcher changes pool only when it restarts"
 	horizon := condRow{"AgeingHorizonExceedsClientTimeout", "True", "HorizonExceedsClientTimeout",
 		"ageing horizon 2m0s (6s per point × 20 points) exceeds clientTimeout 30s: under sustained load of the top tier a request of the lowest tier expires before ageing lifts it, so the starvation guarantee is void"}
 	ready := condRow{"Ready", "True", "PoolReady", "24 slots on 6 ready replicas (6 backends), serving 4 requests/s with a service time of 6s"}
@@ -114,6 +117,14 @@ func TestDesiredPoolStatus(t *testing.T) {
 			want: map[string]condRow{"Ready": ready, "AgeingHorizonExceedsClientTimeout": horizon,
 				"Synced":   {"Synced", "False", "SyncPending", "0/1 dispatchers hold policy version 2; waiting for d-1"},
 				"Degraded": {"Degraded", "True", "PushRejected", "d-1 rejected the policy: dispatcher rejected the policy: 10.0.0.3:9090 answered 400: bad"}},
+		},
+		"a pod that holds another pool's policy": {
+			view: poolView{DeploymentFound: true, Bounds: seedBounds(t, 6, 2), Backends: 6, HasTiers: true, Version: 2,
+				Dispatchers: []dispatcherView{{Name: "d-0", Acked: 2}, {Name: "d-1", State: heldByOther}}},
+			counts: v1alpha1.DispatcherCounts{Total: 2, Synced: 1},
+			want: map[string]condRow{"Ready": ready, "AgeingHorizonExceedsClientTimeout": horizon,
+				"Synced":   {"Synced", "False", "DispatcherHeldByOtherPool", heldMsg},
+				"Degraded": {"Degraded", "True", "DispatcherHeldByOtherPool", heldMsg}},
 		},
 		"unreachable degrades only after the strike count": {
 			view: poolView{DeploymentFound: true, Bounds: seedBounds(t, 6, 1), Backends: 6, HasTiers: true, Version: 2, UnreachableStrike: 3,

@@ -53,6 +53,8 @@ type Config struct {
 	// shares its counts through Redis (dispatcher/fleet); the zero value or
 	// URL "local" is local mode.
 	Fleet fleet.Config
+	// Health is the backends' passive health checking (zero: defaults).
+	Health balancer.Health
 	// Transport reaches the backends; nil is server.NewTransport().
 	Transport http.RoundTripper
 	Clock     clock.WithDelayedExecution // default the real clock
@@ -113,6 +115,9 @@ func (c *Config) validate() error {
 	if c.BodyTimeout < 0 || c.ReadHeaderTimeout < 0 || c.IdleTimeout < 0 {
 		errs = append(errs, errors.New("server timeouts must be > 0"))
 	}
+	if err := c.Health.Validate(); err != nil {
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
 }
 
@@ -137,7 +142,7 @@ func New(cfg Config) (*Dispatcher, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	d := &Dispatcher{cfg: cfg, bal: balancer.New()}
+	d := &Dispatcher{cfg: cfg, bal: balancer.New(cfg.Health, cfg.Clock)}
 	if err := d.build(); err != nil {
 		if d.gate != nil {
 			_ = d.gate.Close()
@@ -176,13 +181,17 @@ func (d *Dispatcher) build() error {
 	return err
 }
 
-// Apply switches to p, which must be valid. An older version than the
-// applied one is refused with policy.ErrStaleVersion; the same version is
+// Apply switches to p, which must be valid. A policy for another pool
+// than the applied one is refused with a *policy.PoolMismatchError, an
+// older version with policy.ErrStaleVersion; the same version is
 // re-applied (a resync).
 func (d *Dispatcher) Apply(p *policy.Policy) (policy.Ack, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if cur := d.pol.Load(); cur != nil {
+		if err := policy.CheckPool(cur.Pool, p.Pool); err != nil {
+			return policy.Ack{}, err
+		}
 		if err := policy.CheckVersion(cur.Version, p.Version); err != nil {
 			return policy.Ack{}, err
 		}
@@ -243,13 +252,14 @@ func (d *Dispatcher) levels() metrics.Snapshot {
 	s := metrics.Snapshot{
 		Pool: p.Pool, Slots: st.Slots, InFlight: st.InFlight, PolicyVersion: st.PolicyVersion,
 		Tiers:    make(map[string]metrics.TierLevel, len(st.Tiers)),
-		Backends: map[string]int64{},
+		Backends: map[string]int64{}, BackendHealth: map[string]metrics.BackendHealth{},
 	}
 	for name, t := range st.Tiers {
 		s.Tiers[name] = metrics.TierLevel{Queued: t.Queued, Bound: t.Bound, OldestAge: t.OldestAge}
 	}
 	for _, l := range d.bal.Snapshot() {
 		s.Backends[l.Address] = l.Outstanding
+		s.BackendHealth[l.Address] = metrics.BackendHealth{Ejected: l.Ejected, Ejections: l.Ejections}
 	}
 	return s
 }
@@ -317,7 +327,7 @@ func (d *Dispatcher) Serve(ctx context.Context, data, adm net.Listener) error {
 	}
 	stopWatch()
 	watchDone.Wait()
-	d.drain()
+	d.drain(dataSrv)
 
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -345,11 +355,23 @@ func serve(s *http.Server, ln net.Listener) error {
 	return nil
 }
 
+// keepAliveGrace is how long requests are still admitted once keep-alives
+// have stopped. A request read on a connection that was busy at that
+// instant was sent before its client could learn it should leave; it is
+// served, with Connection: close, instead of getting 503 on a reused
+// connection.
+const keepAliveGrace = 100 * time.Millisecond
+
 // drain runs the shutdown sequence up to the point where no request is
-// left inside the data path.
-func (d *Dispatcher) drain() {
+// left inside the data path. Keep-alives end first: idle connections
+// close, and every response from now on says Connection: close, so pooled
+// clients reconnect (through the Service, elsewhere) instead of reusing a
+// connection to this dispatcher. After keepAliveGrace new requests get 503.
+func (d *Dispatcher) drain(data *http.Server) {
 	log := d.cfg.Log
 	start := time.Now()
+	data.SetKeepAlivesEnabled(false)
+	time.Sleep(keepAliveGrace)
 	d.srv.StartDrain()
 	d.q.Drain()
 	log.Info("draining", "queued", d.q.Stats().Queued, "timeout", d.cfg.DrainTimeout.String())

@@ -20,6 +20,7 @@ import (
 	"github.com/go-logr/logr/funcr"
 	"go.uber.org/goleak"
 
+	"github.com/tiergate/tiergate/dispatcher/balancer"
 	"github.com/tiergate/tiergate/dispatcher/fleet"
 	"github.com/tiergate/tiergate/dispatcher/policy"
 	"github.com/tiergate/tiergate/internal/redistest"
@@ -57,11 +58,14 @@ func TestApplyVersions(t *testing.T) {
 	}
 	for _, st := range []struct {
 		version int64
+		pool    string
 		wantErr error
-	}{{3, nil}, {3, nil}, {2, policy.ErrStaleVersion}, {4, nil}} {
-		ack, err := d.Apply(pol(st.version, 1))
+	}{{3, "p", nil}, {3, "p", nil}, {2, "p", policy.ErrStaleVersion}, {9, "other", policy.ErrPoolMismatch}, {4, "p", nil}} {
+		p := pol(st.version, 1)
+		p.Pool = st.pool
+		ack, err := d.Apply(p)
 		if !errors.Is(err, st.wantErr) {
-			t.Fatalf("apply v%d: %v, want %v", st.version, err, st.wantErr)
+			t.Fatalf("apply v%d of pool %s: %v, want %v", st.version, st.pool, err, st.wantErr)
 		}
 		if err == nil && ack.Version != st.version {
 			t.Errorf("ack %+v", ack)
@@ -83,6 +87,8 @@ func TestConfigValidate(t *testing.T) {
 		"defaults":       {cfg: Config{}},
 		"negative drain": {cfg: Config{DrainTimeout: -time.Second}, wantErr: "--drain-timeout must be >= 0, got -1s"},
 		"negative body":  {cfg: Config{MaxBodyBytes: -2}, wantErr: "--max-body-bytes must be > 0, got -2"},
+		"bad ejection": {cfg: Config{Health: balancer.Health{BaseEjection: time.Minute, MaxEjection: time.Second}},
+			wantErr: "--backend-ejection-base 1m0s must be > 0 and at most --backend-ejection-max 1s"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

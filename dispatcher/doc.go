@@ -9,11 +9,16 @@
 // metrics, in that order, so a tier is known to the queue before a request
 // can name it.
 //
-// Shutdown (the context of Serve ends, e.g. on SIGTERM): readyz fails and
-// new requests get 503 draining; queued requests get DrainTimeout to be
+// Shutdown (the context of Serve ends, e.g. on SIGTERM): keep-alives stop
+// (idle connections close, every response says Connection: close, so
+// pooled clients reconnect elsewhere); a moment later readyz fails and new
+// requests get 503 draining; queued requests get DrainTimeout to be
 // dispatched, then 503 draining; in-flight requests finish; the data port
 // answers (503) until the last one has, then both servers close and Serve
 // returns nil.
+//
+// Apply refuses a policy for another pool than the one applied: a
+// dispatcher serves one pool until it restarts.
 //
 // Fleet mode (Config.Fleet with a redis:// URL): New builds the Redis gate
 // of dispatcher/fleet and puts it in front of the queue; Apply tells it

@@ -12,7 +12,8 @@
 #              is a Kubernetes client (client-go, k8s.io/kubernetes,
 #              controller-runtime). API types and apimachinery are allowed.
 #
-# Without packages it checks ./dispatcher/queue and ./dispatcher/policy
+# Without packages it checks ./dispatcher/queue, ./dispatcher/policy and
+# ./dispatcher/balancer
 # with pure and ./capacity and ./simulate with no-client; a guarded package
 # that does not exist yet is reported and skipped. Named packages are
 # checked with --rule (default pure).
@@ -47,7 +48,7 @@ checks=()
 if [[ $# -gt 0 ]]; then
 	for p in "$@"; do checks+=("$rule $p"); done
 else
-	for c in "pure ./dispatcher/queue" "pure ./dispatcher/policy" "no-client ./capacity" "no-client ./simulate"; do
+	for c in "pure ./dispatcher/queue" "pure ./dispatcher/policy" "pure ./dispatcher/balancer" "no-client ./capacity" "no-client ./simulate"; do
 		p=${c#* }
 		if compgen -G "$p/*.go" >/dev/null; then
 			checks+=("$c")

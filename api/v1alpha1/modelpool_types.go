@@ -299,10 +299,13 @@ const (
 	ReasonPushUnauthorized      ModelPoolReason = "PushUnauthorized"
 	ReasonPushRejected          ModelPoolReason = "PushRejected"
 	ReasonDispatcherUnreachable ModelPoolReason = "DispatcherUnreachable"
-	ReasonHealthy               ModelPoolReason = "Healthy"
-	ReasonHorizonWithinTimeout  ModelPoolReason = "HorizonWithinClientTimeout"
-	ReasonHorizonExceedsTimeout ModelPoolReason = "HorizonExceedsClientTimeout"
-	ReasonHeldForColdStart      ModelPoolReason = "HeldForColdStart"
+	// ReasonDispatcherHeldByOtherPool: a dispatcher pod this pool selects
+	// holds another ModelPool's policy (their selectors overlap).
+	ReasonDispatcherHeldByOtherPool ModelPoolReason = "DispatcherHeldByOtherPool"
+	ReasonHealthy                   ModelPoolReason = "Healthy"
+	ReasonHorizonWithinTimeout      ModelPoolReason = "HorizonWithinClientTimeout"
+	ReasonHorizonExceedsTimeout     ModelPoolReason = "HorizonExceedsClientTimeout"
+	ReasonHeldForColdStart          ModelPoolReason = "HeldForColdStart"
 
 	// Reasons of AutoscalerUnavailable.
 	ReasonAutoscalingNotRequested ModelPoolReason = "AutoscalingNotRequested"

@@ -140,6 +140,13 @@ func (h *handler) putPolicy(w http.ResponseWriter, r *http.Request) {
 	}
 	ack, err := h.d.Apply(p)
 	if err != nil {
+		var mismatch *policy.PoolMismatchError
+		if errors.As(err, &mismatch) {
+			h.cfg.Log.Info("refused a policy for another pool", "held", mismatch.Held, "pushed", mismatch.Pushed)
+			writeError(w, http.StatusConflict, policy.AdminErrorDetail{Type: policy.AdminPoolMismatch,
+				Message: mismatch.Error(), CurrentPool: mismatch.Held})
+			return
+		}
 		if errors.Is(err, policy.ErrStaleVersion) {
 			var cur int64
 			if c := h.d.Policy(); c != nil {

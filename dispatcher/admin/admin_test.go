@@ -29,6 +29,9 @@ func (f *fakeDispatcher) Apply(p *policy.Policy) (policy.Ack, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.pol != nil {
+		if err := policy.CheckPool(f.pol.Pool, p.Pool); err != nil {
+			return policy.Ack{}, err
+		}
 		if err := policy.CheckVersion(f.pol.Version, p.Version); err != nil {
 			return policy.Ack{}, err
 		}
@@ -78,6 +81,8 @@ func TestHandler(t *testing.T) {
 				{method: "GET", path: "/readyz", wantCode: 200, wantBody: "ok\n"},
 				{method: "PUT", path: "/v1/policy", token: "s3cret", body: fmt.Sprintf(validPolicy, 2), wantCode: 409,
 					wantBody: `{"error":{"type":"stale_version","message":"policy version 2 is older than the applied version 3","current_version":3}}`},
+				{method: "PUT", path: "/v1/policy", token: "s3cret", body: strings.Replace(fmt.Sprintf(validPolicy, 9), `"pool":"p"`, `"pool":"q"`, 1), wantCode: 409,
+					wantBody: `{"error":{"type":"pool_mismatch","message":"this dispatcher holds the policy of pool \"p\" and refuses one for pool \"q\": a dispatcher serves one pool until it restarts (do two ModelPools select the same dispatcher pods?)","current_pool":"p"}}`},
 				{method: "PUT", path: "/v1/policy", token: "s3cret", body: `{"version":4,"slots":-1}`, wantCode: 400,
 					wantBody: `{"error":{"type":"invalid_policy","message":"the policy has 4 error(s); the previous policy stays","errors":[` +
 						`{"field":"slots","message":"must be \u003e= 0, got -1"},{"field":"ageingRate","message":"must be a finite number \u003e 0, got 0"},` +

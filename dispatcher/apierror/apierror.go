@@ -16,17 +16,18 @@ import (
 // statuses is the HTTP status of each refusal cause (queue.Causes); this
 // table is the only place that decides it.
 var statuses = map[string]int{
-	queue.CauseCapacity:        http.StatusTooManyRequests,
-	queue.CauseTenantLimit:     http.StatusTooManyRequests,
-	queue.CauseUnauthenticated: http.StatusUnauthorized,
-	queue.CauseUnknownTenant:   http.StatusForbidden,
-	queue.CauseUnavailable:     http.StatusServiceUnavailable,
-	queue.CauseDraining:        http.StatusServiceUnavailable,
-	queue.CauseQueueTimeout:    http.StatusGatewayTimeout,
-	queue.CauseBodyTooLarge:    http.StatusRequestEntityTooLarge,
-	queue.CauseBadRequest:      http.StatusBadRequest,
-	queue.CauseRequestTimeout:  http.StatusRequestTimeout,
-	queue.CauseBackendError:    http.StatusBadGateway,
+	queue.CauseCapacity:         http.StatusTooManyRequests,
+	queue.CauseTenantLimit:      http.StatusTooManyRequests,
+	queue.CauseUnauthenticated:  http.StatusUnauthorized,
+	queue.CauseUnknownTenant:    http.StatusForbidden,
+	queue.CauseUnavailable:      http.StatusServiceUnavailable,
+	queue.CauseDraining:         http.StatusServiceUnavailable,
+	queue.CauseQueueTimeout:     http.StatusGatewayTimeout,
+	queue.CauseBodyTooLarge:     http.StatusRequestEntityTooLarge,
+	queue.CauseBadRequest:       http.StatusBadRequest,
+	queue.CauseRequestTimeout:   http.StatusRequestTimeout,
+	queue.CauseBackendError:     http.StatusBadGateway,
+	queue.CauseMethodNotAllowed: http.StatusMethodNotAllowed,
 }
 
 // statusOf is the HTTP status of a cause; 500 for one that statuses lacks,
@@ -128,7 +129,7 @@ func FromQueue(err error, tenant, tier string, tierWait, clientTimeout time.Dura
 	var ref *queue.Refusal
 	switch {
 	case errors.As(err, &ref):
-		return fromRefusal(ref, tenant, tier)
+		return fromRefusal(ref, tenant)
 	case errors.Is(err, queue.ErrUnknownTier):
 		return unknownTenant(tenant)
 	case errors.Is(err, queue.ErrNoPolicy):
@@ -152,8 +153,11 @@ func FromQueue(err error, tenant, tier string, tierWait, clientTimeout time.Dura
 	}
 }
 
-// fromRefusal is the 429 of a full tier queue or a tenant at its limit.
-func fromRefusal(ref *queue.Refusal, tenant, tier string) *Error {
+// fromRefusal is the 429 of a full tier queue or a tenant at its limit,
+// in the tier the queue refused it in (that of the policy in force, which
+// may not be the caller's).
+func fromRefusal(ref *queue.Refusal, tenant string) *Error {
+	tier := ref.Tier
 	e := newError(ref.CauseLabel(), tier, "")
 	e.Position, e.RetryAfter = ref.Position, ref.RetryAfter
 	if e.Cause == queue.CauseTenantLimit {
@@ -222,6 +226,12 @@ func BodyTooLarge(limit int64) *Error {
 // RequestTimeout is the 408 for a body that did not arrive in time.
 func RequestTimeout(limit time.Duration) *Error {
 	return newError(queue.CauseRequestTimeout, "", fmt.Sprintf("the request body did not arrive within %s", limit))
+}
+
+// MethodNotAllowed is the 405 for a method the dispatcher never proxies
+// (CONNECT); the caller sets the Allow header.
+func MethodNotAllowed(method string) *Error {
+	return newError(queue.CauseMethodNotAllowed, "", fmt.Sprintf("the dispatcher does not accept %s: it proxies model API calls and is not a tunnel", method))
 }
 
 // BackendError is the 502 for a backend that failed before answering.

@@ -80,7 +80,7 @@ func TestEveryCauseHasAStatus(t *testing.T) {
 	want := map[string]int{
 		"capacity": 429, "tenant_limit": 429, "unauthenticated": 401, "unknown_tenant": 403,
 		"unavailable": 503, "draining": 503, "queue_timeout": 504, "body_too_large": 413,
-		"bad_request": 400, "request_timeout": 408, "backend_error": 502,
+		"bad_request": 400, "request_timeout": 408, "backend_error": 502, "method_not_allowed": 405,
 	}
 	got := map[string]int{}
 	for _, c := range queue.Causes() {

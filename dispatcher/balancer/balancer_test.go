@@ -34,13 +34,13 @@ func TestPickLeastOutstanding(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			b := New()
+			b := New(Health{}, nil)
 			b.Update(backends(tc.addrs...))
 			set := *b.set.Load()
 			for i, n := range tc.hold {
 				set[i].outstanding.Store(int64(n))
 			}
-			got, ok := b.Pick()
+			got, ok := b.Pick(nil)
 			if !ok {
 				t.Fatal("no pick")
 			}
@@ -53,33 +53,33 @@ func TestPickLeastOutstanding(t *testing.T) {
 
 // With equal load, picks spread round-robin; Done returns counts to zero.
 func TestPickSpreadsAndDone(t *testing.T) {
-	b := New()
+	b := New(Health{}, nil)
 	b.Update(backends("a:1", "b:1", "c:1"))
-	var picked []*Backend
+	var picked []Picked
 	for range 6 {
-		be, _ := b.Pick()
+		be, _ := b.Pick(nil)
 		picked = append(picked, be)
 	}
-	want := []Load{{"a:1", 2}, {"b:1", 2}, {"c:1", 2}}
+	want := []Load{{Address: "a:1", Outstanding: 2}, {Address: "b:1", Outstanding: 2}, {Address: "c:1", Outstanding: 2}}
 	if diff := cmp.Diff(want, b.Snapshot()); diff != "" {
 		t.Errorf("(-want +got)\n%s", diff)
 	}
 	for _, be := range picked {
-		be.Done()
+		b.Done(be, Answered)
 	}
-	want = []Load{{"a:1", 0}, {"b:1", 0}, {"c:1", 0}}
+	want = []Load{{Address: "a:1"}, {Address: "b:1"}, {Address: "c:1"}}
 	if diff := cmp.Diff(want, b.Snapshot()); diff != "" {
 		t.Errorf("after Done (-want +got)\n%s", diff)
 	}
 }
 
 func TestUpdateKeepsCounts(t *testing.T) {
-	b := New()
-	if _, ok := b.Pick(); ok {
+	b := New(Health{}, nil)
+	if _, ok := b.Pick(nil); ok {
 		t.Fatal("picked from an empty set")
 	}
 	b.Update(backends("a:1", "b:1"))
-	held, _ := b.Pick() // one of them now has 1
+	held, _ := b.Pick(nil) // one of them now has 1
 	b.Update([]policy.Backend{{Address: held.Address}, {Address: "c:1", Scheme: "https"}})
 	got := map[string]int64{}
 	for _, l := range b.Snapshot() {
@@ -89,16 +89,46 @@ func TestUpdateKeepsCounts(t *testing.T) {
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("(-want +got)\n%s", diff)
 	}
-	be, _ := b.Pick()
+	be, _ := b.Pick(nil)
 	if be.Address != "c:1" || be.URL.String() != "https://c:1" {
 		t.Errorf("picked %s (%s), want the idle https backend", be.Address, be.URL)
 	}
-	held.Done()
-	be.Done()
+	b.Done(held, Answered)
+	b.Done(be, Answered)
+}
+
+// A backend removed while it runs requests and then added back keeps
+// counting them; one removed idle is forgotten.
+func TestRemovedAndBackKeepsItsCount(t *testing.T) {
+	b := New(Health{}, nil)
+	b.Update(backends("a:1", "b:1"))
+	set := *b.set.Load()
+	a := Picked{Backend: set[0]}
+	a.outstanding.Add(2)
+	b.Update(backends("b:1"))
+	b.Update(backends("a:1", "b:1"))
+	want := []Load{{Address: "a:1", Outstanding: 2}, {Address: "b:1"}}
+	if diff := cmp.Diff(want, b.Snapshot()); diff != "" {
+		t.Errorf("back again (-want +got)\n%s", diff)
+	}
+	if (*b.set.Load())[0] != a.Backend {
+		t.Error("a:1 came back as a new record")
+	}
+	b.Update(backends("b:1"))
+	b.Done(a, Answered)
+	b.Done(a, Answered)
+	b.Update(backends("c:1"))
+	b.Update(backends("a:1"))
+	if diff := cmp.Diff([]Load{{Address: "a:1"}}, b.Snapshot()); diff != "" {
+		t.Errorf("after its requests ended (-want +got)\n%s", diff)
+	}
+	if len(b.gone) != 0 {
+		t.Errorf("%d removed backends remembered, want 0", len(b.gone))
+	}
 }
 
 func TestConcurrentPicksBalance(t *testing.T) {
-	b := New()
+	b := New(Health{}, nil)
 	b.Update(backends("a:1", "b:1", "c:1", "d:1"))
 	var wg sync.WaitGroup
 	for range 8 {
@@ -106,8 +136,8 @@ func TestConcurrentPicksBalance(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for range 1000 {
-				be, _ := b.Pick()
-				be.Done()
+				be, _ := b.Pick(nil)
+				b.Done(be, Answered)
 			}
 		}()
 	}

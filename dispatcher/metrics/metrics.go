@@ -34,6 +34,14 @@ type Snapshot struct {
 	Tiers           map[string]TierLevel
 	// Backends maps address to outstanding requests.
 	Backends map[string]int64
+	// BackendHealth maps address to its passive health.
+	BackendHealth map[string]BackendHealth
+}
+
+// BackendHealth is one backend's passive health.
+type BackendHealth struct {
+	Ejected   bool
+	Ejections uint64
 }
 
 // Metrics holds the dispatcher's metrics.
@@ -47,6 +55,7 @@ type Metrics struct {
 	snapshot func() Snapshot
 
 	queueLength, queueBound, oldestAge, inflight, slots, utilisation, backendInflight, policyVersion *prometheus.Desc
+	backendEjected, backendEjections                                                                 *prometheus.Desc
 
 	mu    sync.Mutex
 	pool  string
@@ -88,6 +97,10 @@ func New(reg prometheus.Registerer, snapshot func() Snapshot) (*Metrics, error) 
 		utilisation:     prometheus.NewDesc("tiergate_utilisation", "inflight / slots; 0 with no slots.", []string{"pool"}, nil),
 		backendInflight: prometheus.NewDesc("tiergate_backend_inflight", "Requests outstanding at each backend (queued requests excluded).", []string{"pool", "backend"}, nil),
 		policyVersion:   prometheus.NewDesc("tiergate_policy_version", "Version of the applied policy.", []string{"pool"}, nil),
+		backendEjected: prometheus.NewDesc("tiergate_backend_ejected",
+			"1 while passive health checking keeps the backend out of service (ejected, or waiting for its probe), else 0.", []string{"pool", "backend"}, nil),
+		backendEjections: prometheus.NewDesc("tiergate_backend_ejections_total",
+			"Times the backend was ejected for failing requests in a row.", []string{"pool", "backend"}, nil),
 	}
 	for _, c := range []prometheus.Collector{m.queueWait, m.service, m.rejections, m.abandoned, m.requests, levels{m}} {
 		if err := reg.Register(c); err != nil {
@@ -153,7 +166,7 @@ type levels struct{ m *Metrics }
 
 func (l levels) Describe(ch chan<- *prometheus.Desc) {
 	m := l.m
-	for _, d := range []*prometheus.Desc{m.queueLength, m.queueBound, m.oldestAge, m.inflight, m.slots, m.utilisation, m.backendInflight, m.policyVersion} {
+	for _, d := range []*prometheus.Desc{m.queueLength, m.queueBound, m.oldestAge, m.inflight, m.slots, m.utilisation, m.backendInflight, m.policyVersion, m.backendEjected, m.backendEjections} {
 		ch <- d
 	}
 }
@@ -181,6 +194,14 @@ func (l levels) Collect(ch chan<- prometheus.Metric) {
 	gauge(m.utilisation, util, s.Pool)
 	for addr, n := range s.Backends {
 		gauge(m.backendInflight, float64(n), s.Pool, addr)
+	}
+	for addr, h := range s.BackendHealth {
+		ejected := 0.0
+		if h.Ejected {
+			ejected = 1
+		}
+		gauge(m.backendEjected, ejected, s.Pool, addr)
+		ch <- prometheus.MustNewConstMetric(m.backendEjections, prometheus.CounterValue, float64(h.Ejections), s.Pool, addr)
 	}
 	gauge(m.policyVersion, float64(s.PolicyVersion), s.Pool)
 }

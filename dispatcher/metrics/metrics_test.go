@@ -33,9 +33,18 @@ func TestLevels(t *testing.T) {
 					"premium": {Queued: 2, Bound: 20, OldestAge: 1500 * time.Millisecond},
 					"free":    {Queued: 0, Bound: 240},
 				},
-				Backends: map[string]int64{"10.0.0.7:8000": 2, "10.0.0.8:8000": 1},
+				Backends:      map[string]int64{"10.0.0.7:8000": 2, "10.0.0.8:8000": 1},
+				BackendHealth: map[string]BackendHealth{"10.0.0.7:8000": {Ejections: 2}, "10.0.0.8:8000": {Ejected: true, Ejections: 3}},
 			},
 			want: `
+# HELP tiergate_backend_ejected 1 while passive health checking keeps the backend out of service (ejected, or waiting for its probe), else 0.
+# TYPE tiergate_backend_ejected gauge
+tiergate_backend_ejected{backend="10.0.0.7:8000",pool="default/llm"} 0
+tiergate_backend_ejected{backend="10.0.0.8:8000",pool="default/llm"} 1
+# HELP tiergate_backend_ejections_total Times the backend was ejected for failing requests in a row.
+# TYPE tiergate_backend_ejections_total counter
+tiergate_backend_ejections_total{backend="10.0.0.7:8000",pool="default/llm"} 2
+tiergate_backend_ejections_total{backend="10.0.0.8:8000",pool="default/llm"} 3
 # HELP tiergate_backend_inflight Requests outstanding at each backend (queued requests excluded).
 # TYPE tiergate_backend_inflight gauge
 tiergate_backend_inflight{backend="10.0.0.7:8000",pool="default/llm"} 2
@@ -68,7 +77,8 @@ tiergate_utilisation{pool="default/llm"} 0.75
 		},
 	}
 	names := []string{"tiergate_queue_length", "tiergate_queue_bound", "tiergate_oldest_queued_age_seconds", "tiergate_inflight",
-		"tiergate_slots", "tiergate_utilisation", "tiergate_backend_inflight", "tiergate_policy_version"}
+		"tiergate_slots", "tiergate_utilisation", "tiergate_backend_inflight", "tiergate_policy_version",
+		"tiergate_backend_ejected", "tiergate_backend_ejections_total"}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			reg := prometheus.NewPedanticRegistry()
@@ -107,7 +117,7 @@ func TestEventsAndTierDeletion(t *testing.T) {
 # TYPE tiergate_abandoned_total counter
 tiergate_abandoned_total{pool="p",stage="inflight",tier="premium"} 1
 tiergate_abandoned_total{pool="p",stage="queued",tier="free"} 1
-# HELP tiergate_rejections_total Refused requests by cause (capacity, tenant_limit, unauthenticated, unknown_tenant, unavailable, draining, queue_timeout, body_too_large, bad_request, request_timeout, backend_error).
+# HELP tiergate_rejections_total Refused requests by cause (capacity, tenant_limit, unauthenticated, unknown_tenant, unavailable, draining, queue_timeout, body_too_large, bad_request, request_timeout, backend_error, method_not_allowed).
 # TYPE tiergate_rejections_total counter
 tiergate_rejections_total{cause="capacity",pool="p",tier="premium"} 2
 tiergate_rejections_total{cause="tenant_limit",pool="p",tier="free"} 1
@@ -131,7 +141,7 @@ tiergate_requests_total{code="429",pool="p",tier="free"} 1
 # HELP tiergate_abandoned_total Requests whose client went away, by stage (queued, dispatch, inflight).
 # TYPE tiergate_abandoned_total counter
 tiergate_abandoned_total{pool="p",stage="inflight",tier="premium"} 1
-# HELP tiergate_rejections_total Refused requests by cause (capacity, tenant_limit, unauthenticated, unknown_tenant, unavailable, draining, queue_timeout, body_too_large, bad_request, request_timeout, backend_error).
+# HELP tiergate_rejections_total Refused requests by cause (capacity, tenant_limit, unauthenticated, unknown_tenant, unavailable, draining, queue_timeout, body_too_large, bad_request, request_timeout, backend_error, method_not_allowed).
 # TYPE tiergate_rejections_total counter
 tiergate_rejections_total{cause="capacity",pool="p",tier="premium"} 2
 tiergate_rejections_total{cause="unauthenticated",pool="p",tier=""} 1

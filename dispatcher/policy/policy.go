@@ -101,10 +101,12 @@ type Ack struct {
 
 // Measured is what a dispatcher observed since it started.
 type Measured struct {
-	// ServiceTimeSeconds is the mean time a request held a slot (an EWMA);
-	// 0 until Completed > 0.
+	// ServiceTimeSeconds is the mean time a served request held a slot (an
+	// EWMA); 0 until Completed > 0.
 	ServiceTimeSeconds float64 `json:"serviceTimeSeconds"`
-	// Completed counts requests that released their slot.
+	// Completed counts the served requests, the EWMA's samples: those that
+	// got a 2xx answer from the backend and read it to its end. Failed,
+	// abandoned and cancelled requests are not samples.
 	Completed int64 `json:"completed"`
 	// DrainRates is dispatches per second by tier (an EWMA).
 	DrainRates map[string]float64 `json:"drainRates,omitempty"`

@@ -7,23 +7,32 @@ import (
 	"github.com/tiergate/tiergate/dispatcher/queue/gate"
 )
 
-// Admit enqueues a request of tenant in tier, or refuses it. Refusals:
+// Admit enqueues a request of tenant, or refuses it. Refusals:
 // ErrDraining, ErrNoPolicy, ErrUnknownTier, ErrNoCapacity, and *Refusal
 // wrapping ErrQueueFull or ErrTenantLimit, checked in that order.
+//
+// The policy in force decides the tier, not the caller: the request joins
+// the tier where its tenant's queued work is (UpdatePolicy keeps that
+// where the policy puts the tenant), else the tenant's listed tier, else
+// the default tier. Only for a tenant that the policy neither lists nor
+// gives a default tier is callerTier, the tier the caller identified the
+// tenant in, used. A caller that identified the tenant under an older
+// policy therefore gets the current tier, and no queued work moves. The
+// handle's Tier says which tier it joined.
 //
 // In local mode, if a slot is free and nothing outranks the job, it is
 // dispatched before Admit returns (Wait then returns nil at once). In fleet
 // mode Admit asks the Gate for a queued place, without holding the queue's
 // lock, and a Gate error other than a refusal is returned wrapped; the job
 // is then dispatched once the Gate grants it a slot.
-func (q *Queue) Admit(tenantID, tierName string) (*Handle, error) {
+func (q *Queue) Admit(tenantID, callerTier string) (*Handle, error) {
 	if q.gate != nil {
-		return q.admitFleet(tenantID, tierName)
+		return q.admitFleet(tenantID, callerTier)
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	now := q.now()
-	tr, err := q.admissionLocked(tenantID, tierName, now)
+	tr, err := q.admissionLocked(tenantID, callerTier)
 	if err != nil {
 		return nil, err
 	}
@@ -46,23 +55,24 @@ func (q *Queue) Admit(tenantID, tierName string) (*Handle, error) {
 // admitFleet is Admit in fleet mode: local checks under the lock, the
 // fleet-wide reservation outside it, then the checks again (a policy or a
 // drain may have come meanwhile) and the job joins the queue.
-func (q *Queue) admitFleet(tenantID, tierName string) (*Handle, error) {
+func (q *Queue) admitFleet(tenantID, callerTier string) (*Handle, error) {
 	q.mu.Lock()
 	now := q.now()
-	tr, err := q.admissionLocked(tenantID, tierName, now)
+	tr, err := q.admissionLocked(tenantID, callerTier)
 	if err == nil {
 		err = q.boundsLocked(tr, tenantID, now)
 	}
 	var bound, qlimit int
+	var reserved string
 	if err == nil {
-		bound, qlimit = tr.bound, tr.qlimit
+		bound, qlimit, reserved = tr.bound, tr.qlimit, tr.name
 	}
 	q.unlock()
 	if err != nil {
 		return nil, err
 	}
 
-	place, gerr := q.gate.Enqueue(tenantID, tierName, bound, qlimit)
+	place, gerr := q.gate.Enqueue(tenantID, reserved, bound, qlimit)
 
 	q.mu.Lock()
 	defer q.unlock()
@@ -70,7 +80,9 @@ func (q *Queue) admitFleet(tenantID, tierName string) (*Handle, error) {
 		return nil, fmt.Errorf("queue: gate enqueue: %w", gerr)
 	}
 	now = q.now()
-	if tr, err = q.admissionLocked(tenantID, tierName, now); err != nil {
+	// A policy that came meanwhile may put the tenant in another tier: the
+	// job joins that one with its place, as UpdatePolicy moves queued jobs.
+	if tr, err = q.admissionLocked(tenantID, callerTier); err != nil {
 		if place.Result == gate.OK {
 			q.fleet.returns = append(q.fleet.returns, place.Lease)
 		}
@@ -87,29 +99,50 @@ func (q *Queue) admitFleet(tenantID, tierName string) (*Handle, error) {
 }
 
 // admissionLocked is the checks every admission passes first. It returns
-// the tier; a tenant whose queued work sits in another tier (a policy
-// moved it) is moved to this one first, so its FIFO stays in key order.
-func (q *Queue) admissionLocked(tenantID, tierName string, now int64) (*tierState, error) {
+// the tier the job joins (see Admit).
+func (q *Queue) admissionLocked(tenantID, callerTier string) (*tierState, error) {
 	if q.draining {
 		return nil, ErrDraining
 	}
 	if q.pol == nil {
 		return nil, ErrNoPolicy
 	}
-	tr := q.tiers[tierName]
+	tr := q.tierForLocked(tenantID, callerTier)
 	if tr == nil || tr.retired {
-		return nil, fmt.Errorf("%w %q", ErrUnknownTier, tierName)
+		name := callerTier
+		if tr != nil {
+			name = tr.name
+		}
+		return nil, fmt.Errorf("%w %q", ErrUnknownTier, name)
 	}
 	if q.slots <= 0 {
 		return nil, ErrNoCapacity
 	}
-	if ts := q.tenants[tenantID]; ts != nil && ts.tier != tr {
-		q.moveTenant(ts, tr)
+	return tr, nil
+}
+
+// tierForLocked is the tier a new job of tenantID joins (see Admit). A
+// tenant with nothing queued that the policy puts elsewhere than its
+// running work is simply pointed at the new tier: its running jobs stay
+// counted in the tiers they were dispatched from.
+func (q *Queue) tierForLocked(tenantID, callerTier string) *tierState {
+	ts := q.tenants[tenantID]
+	if ts != nil && ts.queued > 0 {
+		return ts.tier
+	}
+	name := callerTier
+	if lt, ok := q.listed[tenantID]; ok {
+		name = lt.tier
+	} else if q.defaultTier != "" {
+		name = q.defaultTier
+	}
+	tr := q.tiers[name]
+	if ts != nil && tr != nil && !tr.retired && ts.tier != tr {
+		ts.tier = tr
 		ts.limit = q.limitFor(ts.id, tr)
 		q.fixTenant(ts)
-		q.dispatchLocked(now) // its new limit may let queued work run
 	}
-	return tr, nil
+	return tr
 }
 
 // boundsLocked refuses a job the tier's bound or the tenant's queue limit
@@ -130,7 +163,7 @@ func (q *Queue) boundsLocked(tr *tierState, tenantID string, now int64) error {
 func (q *Queue) newJobLocked(tenantID string, tr *tierState, now int64) *job {
 	ts := q.getTenant(tenantID, tr)
 	j := q.newJob()
-	j.h = &Handle{q: q, j: j}
+	j.h = &Handle{q: q, j: j, tier: tr.name}
 	j.ts, j.tr, j.enq, j.seq = ts, tr, now, q.seq
 	q.seq++
 	q.totals.Admitted++

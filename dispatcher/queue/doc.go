@@ -5,8 +5,10 @@
 //
 // Job: Admit refuses a request (draining, no policy, unknown tier, no
 // capacity, the tier's bound, the tenant's queue limit) or returns a Handle.
-// The handle's Wait returns once the job holds a slot, and Release gives the
-// slot back. A job that never gets one ends queued: abandoned (its context
+// The tier is the one the policy in force gives the tenant, decided under
+// the lock, whatever policy the caller identified it under. The handle's
+// Wait returns once the job holds a slot, and Release gives the slot back;
+// ReleaseServed does too and makes the job a service-time sample. A job that never gets one ends queued: abandoned (its context
 // ended, or Release on a queued handle), expired (queued longer than the
 // policy's clientTimeout) or drained (FlushQueued). Every admitted job ends
 // exactly once, and Stats.Totals counts each end.

@@ -63,17 +63,18 @@ func causeLabel(err error) string {
 // shares, so that each is spelled once. dispatcher/apierror gives each its
 // HTTP status. The statuses in the comments are that mapping.
 const (
-	CauseCapacity        = "capacity"        // 429: the tier queue is at its bound
-	CauseTenantLimit     = "tenant_limit"    // 429: the tenant has its share of the tier queue
-	CauseUnauthenticated = "unauthenticated" // 401: no credential, or an unknown one
-	CauseUnknownTenant   = "unknown_tenant"  // 403: a tenant the policy does not list, no default tier
-	CauseUnavailable     = "unavailable"     // 503: no policy, no capacity, no backend or a Gate failure
-	CauseDraining        = "draining"        // 503: the dispatcher is shutting down
-	CauseQueueTimeout    = "queue_timeout"   // 504: queued for the client timeout
-	CauseBodyTooLarge    = "body_too_large"  // 413: a body over --max-body-bytes
-	CauseBadRequest      = "bad_request"     // 400: a malformed credential or body
-	CauseRequestTimeout  = "request_timeout" // 408: the body arrived too slowly
-	CauseBackendError    = "backend_error"   // 502: the backend failed before answering
+	CauseCapacity         = "capacity"           // 429: the tier queue is at its bound
+	CauseTenantLimit      = "tenant_limit"       // 429: the tenant has its share of the tier queue
+	CauseUnauthenticated  = "unauthenticated"    // 401: no credential, or an unknown one
+	CauseUnknownTenant    = "unknown_tenant"     // 403: a tenant the policy does not list, no default tier
+	CauseUnavailable      = "unavailable"        // 503: no policy, no capacity, no backend or a Gate failure
+	CauseDraining         = "draining"           // 503: the dispatcher is shutting down
+	CauseQueueTimeout     = "queue_timeout"      // 504: queued for the client timeout
+	CauseBodyTooLarge     = "body_too_large"     // 413: a body over --max-body-bytes
+	CauseBadRequest       = "bad_request"        // 400: a malformed credential or body
+	CauseRequestTimeout   = "request_timeout"    // 408: the body arrived too slowly
+	CauseBackendError     = "backend_error"      // 502: the backend failed before answering
+	CauseMethodNotAllowed = "method_not_allowed" // 405: CONNECT, which the dispatcher never tunnels
 )
 
 // Causes lists every cause above, in that order; each call returns a new
@@ -82,5 +83,6 @@ func Causes() []string {
 	return []string{
 		CauseCapacity, CauseTenantLimit, CauseUnauthenticated, CauseUnknownTenant, CauseUnavailable,
 		CauseDraining, CauseQueueTimeout, CauseBodyTooLarge, CauseBadRequest, CauseRequestTimeout, CauseBackendError,
+		CauseMethodNotAllowed,
 	}
 }

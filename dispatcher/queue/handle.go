@@ -22,6 +22,8 @@ const (
 type Handle struct {
 	q *Queue
 	j *job // nil once the job record has been recycled
+	// tier is the tier the job was admitted to; it never changes.
+	tier string
 
 	// guarded by q.mu
 	state  uint8
@@ -77,7 +79,18 @@ func (h *Handle) Wait(ctx context.Context) error {
 // idempotent: a second call is a no-op counted in Stats.DoubleReleases.
 // Releasing a job that is still queued abandons it (Wait returns
 // context.Canceled); releasing one that ended without dispatch does nothing.
-func (h *Handle) Release() {
+// The job's time in its slot is not a service-time sample: use
+// ReleaseServed for a job the model served.
+func (h *Handle) Release() { h.release(false) }
+
+// ReleaseServed is Release for a job the model served (a 2xx answer, read
+// to its end): its dispatch-to-release time joins the measured service
+// time (Stats.ServiceTime, Stats.Served), which the controller may use as
+// S. Failures, abandoned and cancelled requests must not count: a backend
+// that fails fast would otherwise shrink S and grow every bound.
+func (h *Handle) ReleaseServed() { h.release(true) }
+
+func (h *Handle) release(served bool) {
 	q := h.q
 	q.mu.Lock()
 	defer q.unlock()
@@ -99,7 +112,10 @@ func (h *Handle) Release() {
 	ts.inFlight--
 	tr.inFlight--
 	q.inFlight--
-	q.observeService(now - j.dispatchedAt)
+	q.completed++
+	if served {
+		q.observeService(now - j.dispatchedAt)
+	}
 	if q.gate != nil {
 		q.fleetRelease(ts, j.lease)
 	}
@@ -109,6 +125,10 @@ func (h *Handle) Release() {
 	q.recycle(j)
 	q.dispatchLocked(now)
 }
+
+// Tier is the tier the job was admitted to (see Admit). A later policy
+// may move a queued job to another tier; this stays the admission's.
+func (h *Handle) Tier() string { return h.tier }
 
 // Waited is the time from enqueue to dispatch (or to the end, for a job
 // that was never dispatched); 0 while still queued.

@@ -135,9 +135,9 @@ func TestReleaseSemantics(t *testing.T) {
 		t.Fatalf("queued then released: Wait = %v, want context.Canceled", err)
 	}
 	clk.Step(2 * time.Second)
+	a.ReleaseServed()
 	a.Release()
-	a.Release()
-	a.Release()
+	a.ReleaseServed()
 	if !dispatched(b) {
 		t.Fatal("b not dispatched")
 	}
@@ -145,14 +145,14 @@ func TestReleaseSemantics(t *testing.T) {
 		t.Fatalf("b waited %s, want 2s", got)
 	}
 	clk.Step(4 * time.Second)
-	b.Release()
+	b.ReleaseServed()
 	c.Release() // ended without dispatch: nothing, not a double release
 	s := q.Stats()
 	if s.DoubleReleases != 2 {
 		t.Fatalf("DoubleReleases = %d, want 2", s.DoubleReleases)
 	}
-	if s.Completed != 2 {
-		t.Fatalf("Completed = %d, want 2", s.Completed)
+	if s.Completed != 2 || s.Served != 2 {
+		t.Fatalf("Completed = %d, Served = %d, want 2 and 2", s.Completed, s.Served)
 	}
 	// EWMA: first sample 2s (a), then 2s + 0.1*(4s - 2s) = 2.2s.
 	if s.ServiceTime != 2200*time.Millisecond {

@@ -150,11 +150,33 @@ func (m *model) dispatch() {
 	}
 }
 
+// tierFor is the tier the policy in force gives a new job of tenant: its
+// queued work's, else its listed tier, else the default tier, else the
+// caller's. A tenant with only running work is pointed at that tier.
+func (m *model) tierFor(tenant, caller string) *mTier {
+	cur, known := m.tenantTier[tenant]
+	if known && m.tenantQueued(tenant) > 0 {
+		return cur
+	}
+	name := caller
+	if lt, ok := m.listed[tenant]; ok {
+		name = lt.Tier
+	} else if m.defaultTier != "" {
+		name = m.defaultTier
+	}
+	tr := m.tiers[name]
+	if known && tr != nil && !tr.retired {
+		m.tenantTier[tenant] = tr
+	}
+	return tr
+}
+
 // admitResult is what the model expects of Admit.
 type admitResult struct {
-	err      error // a sentinel
-	position int   // for refusals
-	job      *mJob // when admitted
+	err      error  // a sentinel
+	tier     string // the tier a refusal names
+	position int    // for refusals
+	job      *mJob  // when admitted
 }
 
 func (m *model) admit(tenant, tier string, now int64) admitResult {
@@ -164,21 +186,17 @@ func (m *model) admit(tenant, tier string, now int64) admitResult {
 	case !m.hasPolicy:
 		return admitResult{err: ErrNoPolicy}
 	}
-	tr := m.tiers[tier]
+	tr := m.tierFor(tenant, tier)
 	if tr == nil || tr.retired {
 		return admitResult{err: ErrUnknownTier}
 	}
 	if m.slots <= 0 {
 		return admitResult{err: ErrNoCapacity}
 	}
-	if cur, ok := m.tenantTier[tenant]; ok && cur != tr {
-		m.move(tenant, tr)
-		m.dispatch()
-	}
 	_, known := m.tenantTier[tenant]
 	newJob := func(state uint8) *mJob {
 		m.tenantTier[tenant] = tr
-		j := &mJob{tenant: tenant, admitTier: tier, tier: tr, enq: now, seq: m.seq, state: state}
+		j := &mJob{tenant: tenant, admitTier: tr.name, tier: tr, enq: now, seq: m.seq, state: state}
 		m.seq++
 		m.jobs = append(m.jobs, j)
 		return j
@@ -187,18 +205,18 @@ func (m *model) admit(tenant, tier string, now int64) admitResult {
 		return admitResult{job: newJob(stDispatched)}
 	}
 	if n := m.tierQueued(tr); n >= tr.bound {
-		return admitResult{err: ErrQueueFull, position: n + 1}
+		return admitResult{err: ErrQueueFull, tier: tr.name, position: n + 1}
 	}
 	if known && m.tenantQueued(tenant) >= tr.qlimit {
-		return admitResult{err: ErrTenantLimit, position: m.tierQueued(tr) + 1}
+		return admitResult{err: ErrTenantLimit, tier: tr.name, position: m.tierQueued(tr) + 1}
 	}
 	if m.gateMode {
 		// The fleet counts places under the tier they were admitted to,
 		// and holds those of ended jobs until their lease comes back.
-		if n := m.fleetTierQueued(tier); n >= tr.bound {
-			return admitResult{err: ErrQueueFull, position: n + 1}
+		if n := m.fleetTierQueued(tr.name); n >= tr.bound {
+			return admitResult{err: ErrQueueFull, tier: tr.name, position: n + 1}
 		} else if m.fleetTenantQueued(tenant) >= tr.qlimit {
-			return admitResult{err: ErrTenantLimit, position: n + 1}
+			return admitResult{err: ErrTenantLimit, tier: tr.name, position: n + 1}
 		}
 	}
 	j := newJob(stQueued)
@@ -299,7 +317,8 @@ func (m *model) update(p *policy.Policy, now int64) {
 	m.dispatch()
 }
 
-// realign moves every tenant to the tier the policy gives it.
+// realign moves every tenant to the tier the policy gives it: listed, else
+// the default tier; without one an unlisted tenant stays.
 func (m *model) realign() {
 	var fallback *mTier
 	if tr := m.tiers[m.defaultTier]; tr != nil && !tr.retired {
@@ -317,7 +336,7 @@ func (m *model) realign() {
 			if tr := m.tiers[lt.Tier]; tr != nil && !tr.retired {
 				target = tr
 			}
-		} else if cur.retired && fallback != nil {
+		} else if fallback != nil {
 			target = fallback
 		}
 		if target != cur {

@@ -11,9 +11,10 @@ import (
 // or a base priority changed. Shrinking slots never cancels in-flight work;
 // dispatch simply waits until in-flight falls below the new slots. Tiers
 // that disappear keep their queued jobs until they end; Admit refuses them.
-// A listed tenant moved to another tier takes its queued jobs along, so a
-// policy change can leave a tier above its new bound until it drains
-// (admission never does). p must already be validated by the caller and
+// A tenant the policy puts in another tier (listed there, or unlisted and
+// the default tier changed) takes its queued jobs along, so a policy change
+// can leave a tier above its new bound until it drains (admission never
+// does). p must already be validated by the caller and
 // must not be mutated later.
 func (q *Queue) UpdatePolicy(p *policy.Policy) {
 	q.mu.Lock()
@@ -91,10 +92,11 @@ func (q *Queue) applyTiers(p *policy.Policy) bool {
 	return rekey
 }
 
-// realignTenants moves every tenant to the tier the policy gives it: a
-// listed tenant follows its listed tier, an unlisted tenant whose tier went
-// away moves to the default tier. Its queued jobs move with it. Every
-// refusal of the Gate is forgotten, since the limits may have changed.
+// realignTenants moves every tenant to the tier the policy gives it, the
+// tier Admit gives its next job: a listed tenant follows its listed tier,
+// an unlisted one the default tier; without a default tier an unlisted
+// tenant stays where it is. Its queued jobs move with it. Every refusal of
+// the Gate is forgotten, since the limits may have changed.
 func (q *Queue) realignTenants() {
 	var fallback *tierState
 	if q.defaultTier != "" {
@@ -112,7 +114,7 @@ func (q *Queue) realignTenants() {
 			if tr := q.tiers[lt.tier]; tr != nil && !tr.retired {
 				target = tr
 			}
-		} else if ts.tier.retired && fallback != nil {
+		} else if fallback != nil {
 			target = fallback
 		}
 		if target != ts.tier {

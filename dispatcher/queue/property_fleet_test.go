@@ -2,7 +2,9 @@ package queue
 
 import (
 	"fmt"
+	"runtime"
 	"sync"
+	"time"
 
 	"github.com/tiergate/tiergate/dispatcher/queue/gate"
 	"github.com/tiergate/tiergate/internal/gatetest"
@@ -48,6 +50,28 @@ func (df *driverFleet) spawn(run func()) {
 	df.pending = run
 }
 
+// settleSpawn waits out a pump that is being scheduled: the queue's unlock
+// marks the pump under its lock and spawns it just after, so the expiry
+// timer's goroutine may be between the two when the driver looks.
+func (d *driver) settleSpawn() {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		d.q.mu.Lock()
+		pumping := d.q.fleet.pumping
+		d.q.mu.Unlock()
+		d.fleet.mu.Lock()
+		scheduled := d.fleet.pending != nil || d.fleet.held != nil
+		d.fleet.mu.Unlock()
+		if !pumping || scheduled {
+			return
+		}
+		if time.Now().After(deadline) {
+			d.fail("the queue marked a pump that was never spawned")
+		}
+		runtime.Gosched()
+	}
+}
+
 func (df *driverFleet) take() func() {
 	df.mu.Lock()
 	defer df.mu.Unlock()
@@ -80,6 +104,7 @@ func (d *driver) runPending() {
 	if d.fleet == nil {
 		return
 	}
+	d.settleSpawn()
 	run := d.fleet.take()
 	if run == nil {
 		return
@@ -95,6 +120,7 @@ func (d *driver) startHeld() {
 	if d.fleet.held != nil {
 		return
 	}
+	d.settleSpawn()
 	run := d.fleet.take()
 	if run == nil {
 		return
@@ -192,6 +218,7 @@ func (d *driver) fleetQuiesce() {
 // checkFleet compares the pump and the fleet's counts with the model.
 func (d *driver) checkFleet(s Stats) {
 	d.t.Helper()
+	d.settleSpawn()
 	df := d.fleet
 	df.mu.Lock()
 	scheduled := df.pending != nil || df.held != nil

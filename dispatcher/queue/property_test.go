@@ -160,6 +160,9 @@ func (d *driver) step(o *ops) {
 			if err != nil {
 				d.fail("Admit(%s, %s) = %v, model admits", tenant, tier, err)
 			}
+			if h.Tier() != want.job.tier.name {
+				d.fail("Admit(%s, %s) joined tier %s, model %s", tenant, tier, h.Tier(), want.job.tier.name)
+			}
 			want.job.h = h
 			d.jobs = append(d.jobs, want.job)
 			return
@@ -169,8 +172,8 @@ func (d *driver) step(o *ops) {
 		}
 		var r *Refusal
 		if want.position > 0 {
-			if !errors.As(err, &r) || r.Position != want.position || r.Tier != tier {
-				d.fail("Admit(%s, %s) = %v, want position %d", tenant, tier, err, want.position)
+			if !errors.As(err, &r) || r.Position != want.position || r.Tier != want.tier {
+				d.fail("Admit(%s, %s) = %v, want tier %s position %d", tenant, tier, err, want.tier, want.position)
 			}
 			if r.RetryAfter < time.Second || r.RetryAfter%time.Second != 0 {
 				d.fail("Retry-After %s not whole seconds >= 1s", r.RetryAfter)

@@ -70,8 +70,9 @@ type Queue struct {
 	freeJobs    []*job
 	freeTenants []*tenant
 
-	serviceTime    float64 // ns, EWMA
-	completed      uint64
+	serviceTime    float64 // ns, EWMA of served jobs
+	served         uint64  // its samples
+	completed      uint64  // released jobs, served or not
 	doubleReleases uint64
 	totals         Totals
 

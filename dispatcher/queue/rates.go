@@ -60,14 +60,14 @@ func (q *Queue) noteDispatch(tr *tierState, now int64) {
 	tr.lastDispatch = now
 }
 
-// observeService folds one dispatch-to-release time (ns) into the
-// service-time EWMA.
+// observeService folds one served job's dispatch-to-release time (ns)
+// into the service-time EWMA.
 func (q *Queue) observeService(ns int64) {
 	sample := float64(ns)
-	if q.completed == 0 {
+	if q.served == 0 {
 		q.serviceTime = sample
 	} else {
 		q.serviceTime += serviceWeight * (sample - q.serviceTime)
 	}
-	q.completed++
+	q.served++
 }

@@ -16,11 +16,13 @@ type Stats struct {
 	Tiers     map[string]TierStats
 	// TenantInFlight is for debugging only; never a metric label.
 	TenantInFlight map[string]int
-	// ServiceTime is the EWMA of dispatch→release; 0 until Completed > 0.
-	ServiceTime    time.Duration
-	Completed      uint64
-	DoubleReleases uint64
-	PolicyVersion  int64
+	// ServiceTime is the EWMA of dispatch→release over the jobs released
+	// with ReleaseServed; 0 until Served > 0.
+	ServiceTime time.Duration
+	// Served counts those jobs, Completed every released job.
+	Served, Completed uint64
+	DoubleReleases    uint64
+	PolicyVersion     int64
 	// Draining is true once Drain was called.
 	Draining bool
 	// Totals count every job since New, across all tiers ever seen.
@@ -61,12 +63,13 @@ func (q *Queue) Stats() Stats {
 		Acquiring:      q.fleet.claimed,
 		Tiers:          make(map[string]TierStats, len(q.tiers)),
 		TenantInFlight: map[string]int{},
+		Served:         q.served,
 		Completed:      q.completed,
 		DoubleReleases: q.doubleReleases,
 		Draining:       q.draining,
 		Totals:         q.totals,
 	}
-	if q.completed > 0 {
+	if q.served > 0 {
 		s.ServiceTime = time.Duration(q.serviceTime)
 	}
 	if q.pol != nil {
@@ -105,7 +108,7 @@ func (q *Queue) Stats() Stats {
 func (s Stats) Measured() policy.Measured {
 	m := policy.Measured{
 		ServiceTimeSeconds: s.ServiceTime.Seconds(),
-		Completed:          int64(s.Completed),
+		Completed:          int64(s.Served),
 	}
 	for name, t := range s.Tiers {
 		if t.DrainRate > 0 {

@@ -48,16 +48,16 @@ func TestStatsSnapshot(t *testing.T) {
 		t.Errorf("Stats (-want +got):\n%s", diff)
 	}
 	clk.Step(time.Second)
-	a.Release() // c runs: 6s of waiting
-	b.Release() // d's first runs
+	a.ReleaseServed() // c runs: 6s of waiting
+	b.ReleaseServed() // d's first runs
 	if got := c.Waited(); got != 6*time.Second {
 		t.Errorf("c waited %s", got)
 	}
 	clk.Step(time.Second)
-	c.Release()
-	d.Release() // d's second runs
+	c.ReleaseServed()
+	d.ReleaseServed() // d's second runs
 	s = q.Stats()
-	if s.Queued != 0 || s.InFlight != 1 || s.Completed != 4 || s.Tiers["free"].Dispatched != 3 {
+	if s.Queued != 0 || s.InFlight != 1 || s.Completed != 4 || s.Served != 4 || s.Tiers["free"].Dispatched != 3 {
 		t.Fatalf("after releases %+v", s)
 	}
 	// Service times: a and b 6s, c and d 1s: 6, 6, 5.5, 5.05 in the EWMA.
@@ -71,7 +71,7 @@ func TestMeasuredDrainRate(t *testing.T) {
 	for range 40 { // 10s of premium dispatches at 4/s
 		h := mustAdmit(t, q, "p", "premium")
 		clk.Step(250 * time.Millisecond)
-		h.Release()
+		h.ReleaseServed()
 	}
 	m := q.Stats().Measured()
 	if r := m.DrainRates["premium"]; r < 3.4 || r > 4.4 {
@@ -82,5 +82,34 @@ func TestMeasuredDrainRate(t *testing.T) {
 	}
 	if m.Completed != 40 || m.ServiceTimeSeconds != 0.25 {
 		t.Errorf("Measured %+v", m)
+	}
+}
+
+// Only served jobs are service-time samples: jobs released without
+// ReleaseServed (failed, abandoned at dispatch, cancelled) leave the EWMA
+// and the Ack's count as they were, however fast they ended.
+func TestOnlyServedJobsMeasure(t *testing.T) {
+	q, clk := newTestQueue(t, seedPolicy(2))
+	for range 3 {
+		h := mustAdmit(t, q, "p", "premium")
+		clk.Step(2 * time.Second)
+		h.ReleaseServed()
+	}
+	for range 5 {
+		h := mustAdmit(t, q, "p", "premium")
+		clk.Step(10 * time.Millisecond)
+		h.Release()
+	}
+	s := q.Stats()
+	got := struct {
+		ServiceTime       time.Duration
+		Served, Completed uint64
+		Measured          float64
+		MeasuredCompleted int64
+	}{s.ServiceTime, s.Served, s.Completed, s.Measured().ServiceTimeSeconds, s.Measured().Completed}
+	want := got
+	want.ServiceTime, want.Served, want.Completed, want.Measured, want.MeasuredCompleted = 2*time.Second, 3, 8, 2, 3
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("(-want +got)\n%s", diff)
 	}
 }

@@ -37,7 +37,7 @@ func (cannedTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 func benchServer(b *testing.B, slots int) (*Server, *queue.Queue) {
 	b.Helper()
 	q := queue.New(clock.RealClock{})
-	bal := balancer.New()
+	bal := balancer.New(balancer.Health{}, nil)
 	m, err := metrics.New(prometheus.NewRegistry(), func() metrics.Snapshot { return metrics.Snapshot{} })
 	if err != nil {
 		b.Fatal(err)

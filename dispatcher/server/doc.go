@@ -1,9 +1,23 @@
 // Package server is the dispatcher's data path (DESIGN.md section 6): for
 // every request it identifies the tenant, sends exempt paths straight to a
-// backend, admits the rest through dispatcher/queue, waits, picks the backend
-// with the fewest outstanding requests, proxies (SSE flushed per event) and
-// releases the slot exactly once. Every refusal is written by
+// backend, admits the rest through dispatcher/queue, waits, picks a backend
+// (dispatcher/balancer: the fewest outstanding among those passive health
+// keeps in service), proxies (SSE flushed per event) and releases the slot
+// exactly once: with ReleaseServed for a 2xx answer read to its end, the
+// only kind that measures the service time. Every refusal is written by
 // dispatcher/apierror and counted by cause.
+//
+// Each request's outcome goes back to the balancer (an answer, a 5xx or
+// broken answer, a refused connection, or nothing learnt when the client
+// left). A request whose connection to its backend failed sent nothing, so
+// it is retried once on another backend inside its slot; a body read from
+// the client as it streams (exempt paths) is not retried.
+//
+// Requests that are not model calls: CONNECT gets 405 and the connection
+// closes; a protocol upgrade (Connection: upgrade) gets 400 unless its
+// path is exempt, since a switched connection would hold a slot for as
+// long as the client likes; an h2c upgrade is ignored. From the drain on,
+// every response says Connection: close.
 //
 // The request body is read in full (bounded by MaxBodyBytes and BodyTimeout)
 // before admission, so a slow uploader never holds a slot and an oversized

@@ -173,7 +173,7 @@ func (s *Server) leave() {
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.active.Add(1)
 	defer s.leave()
-	x := getExchange(w)
+	x := getExchange(w, &s.draining)
 	finished := false
 	defer func() {
 		s.m.Request(x.pool, x.tier, x.sw.status())
@@ -187,16 +187,26 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) serve(x *exchange, r *http.Request) {
+	st := s.cur.Load()
+	if r.Method == http.MethodConnect {
+		if st != nil {
+			x.pool = st.pool
+		}
+		s.refuseConnect(x)
+		return
+	}
 	if s.draining.Load() {
 		s.refuse(x, apierror.Draining())
 		return
 	}
-	st := s.cur.Load()
 	if st == nil {
 		s.refuse(x, apierror.NoPolicy())
 		return
 	}
 	x.pool = st.pool
+	if !s.upgradeAllowed(x, r, st) {
+		return
+	}
 	who, err := st.id.Identify(r)
 	x.tier = who.Tier
 	if err != nil {
@@ -227,6 +237,7 @@ func (s *Server) queueAndForward(x *exchange, r *http.Request, st *state, who id
 		s.refuse(x, apierror.FromQueue(err, who.Tenant, who.Tier, st.tierWait[who.Tier], st.clientTimeout))
 		return
 	}
+	who.Tier, x.tier = h.Tier(), h.Tier()
 	if err := h.Wait(r.Context()); err != nil {
 		if r.Context().Err() != nil && errors.Is(err, r.Context().Err()) {
 			s.clientGone(x, metrics.StageQueued)
@@ -237,7 +248,12 @@ func (s *Server) queueAndForward(x *exchange, r *http.Request, st *state, who id
 	}
 	dispatched := time.Now()
 	defer func() {
-		h.Release()
+		// Only a served request measures the service time (see ReleaseServed).
+		if x.served {
+			h.ReleaseServed()
+		} else {
+			h.Release()
+		}
 		s.m.ObserveService(st.pool, who.Tier, time.Since(dispatched))
 	}()
 	waited := h.Waited()
@@ -256,6 +272,7 @@ func (s *Server) refuse(x *exchange, e *apierror.Error) {
 	if e.Tier == "" {
 		e.Tier = x.tier // known once the caller is identified
 	}
+	x.tier = e.Tier // a full queue's is the tier the policy in force gave
 	e.Write(&x.sw)
 	s.m.Reject(x.pool, x.tier, e.Cause)
 }

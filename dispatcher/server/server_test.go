@@ -30,7 +30,8 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // backend records what reached it. Paths: /slow waits on hold; /status/404
 // answers 404; /sse sends one event, waits on next, sends another; /cut
-// sends one event and drops the connection; anything else answers 200.
+// sends one event and drops the connection; /status/500 answers 500;
+// anything else answers 200.
 type backend struct {
 	mu      sync.Mutex
 	headers []http.Header
@@ -62,6 +63,9 @@ func (b *backend) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case "/status/404":
 		w.WriteHeader(http.StatusNotFound)
 		return
+	case "/status/500":
+		w.WriteHeader(http.StatusInternalServerError)
+		return
 	case "/sse", "/cut":
 		b.stream(w, r)
 		return
@@ -91,6 +95,7 @@ func (b *backend) stream(w http.ResponseWriter, r *http.Request) {
 
 type fixture struct {
 	srv     *Server
+	bal     *balancer.Balancer
 	front   *httptest.Server
 	be      *backend
 	q       *queue.Queue
@@ -104,7 +109,8 @@ func newFixture(t *testing.T, p *policy.Policy) *fixture {
 	bts := httptest.NewServer(be)
 	f := &fixture{be: be, backend: bts, reg: prometheus.NewRegistry()}
 	f.q = queue.New(clock.RealClock{})
-	bal := balancer.New()
+	bal := balancer.New(balancer.Health{}, nil)
+	f.bal = bal
 	m, err := metrics.New(f.reg, func() metrics.Snapshot { return metrics.Snapshot{} })
 	if err != nil {
 		t.Fatal(err)
@@ -146,6 +152,7 @@ func testPolicy(mode string, slots int) *policy.Policy {
 type answer struct {
 	StatusCode int
 	Header     http.Header
+	Close      bool // the server said Connection: close
 }
 
 func (f *fixture) do(t *testing.T, method, path string, h http.Header) answer {
@@ -160,7 +167,7 @@ func (f *fixture) do(t *testing.T, method, path string, h http.Header) answer {
 	}
 	_, _ = io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
-	return answer{StatusCode: resp.StatusCode, Header: resp.Header}
+	return answer{StatusCode: resp.StatusCode, Header: resp.Header, Close: resp.Close}
 }
 
 // The backend never sees the client's credential or a client-chosen

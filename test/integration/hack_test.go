@@ -125,7 +125,7 @@ func TestCheckImports(t *testing.T) {
 
 	// The real boundaries: the tree passes them all.
 	stdout, stderr, code := script(t, "", "hack/check-imports.sh")
-	want := "check-imports: ./dispatcher/queue ok\ncheck-imports: ./dispatcher/policy ok\ncheck-imports: ./capacity ok\ncheck-imports: ./simulate ok\n"
+	want := "check-imports: ./dispatcher/queue ok\ncheck-imports: ./dispatcher/policy ok\ncheck-imports: ./dispatcher/balancer ok\ncheck-imports: ./capacity ok\ncheck-imports: ./simulate ok\n"
 	if diff := cmp.Diff([]any{0, want, ""}, []any{code, stdout, stderr}); diff != "" {
 		t.Errorf("hack/check-imports.sh on the tree: exit code, stdout, stderr (-want +got):\n%s", diff)
 	}

@@ -1,0 +1,58 @@
+package server
+
+import (
+	"net/http"
+	"strings"
+
+	"github.com/tiergate/tiergate/dispatcher/apierror"
+)
+
+// allowedMethods is the Allow header of a 405: every method but CONNECT
+// may be proxied.
+const allowedMethods = "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS"
+
+// refuseConnect answers CONNECT with 405 and closes the connection: the
+// dispatcher is not a tunnel, and nothing of a CONNECT reaches a backend.
+func (s *Server) refuseConnect(x *exchange) {
+	h := x.sw.Header()
+	h.Set("Allow", allowedMethods)
+	h.Set("Connection", "close")
+	s.refuse(x, apierror.MethodNotAllowed(http.MethodConnect))
+}
+
+// upgradeAllowed refuses a protocol upgrade (Connection: upgrade with an
+// Upgrade header) on a path that is not exempt, with 400: a queued model
+// call holds a slot while it runs, and a switched connection would hold it
+// for as long as the client likes. An exempt path (a health check, a
+// websocket a backend serves outside the queue) may upgrade. An h2c
+// upgrade is not a protocol switch of the request's meaning, so it is
+// ignored (RFC 9110 section 7.8 lets a server do so) and the request is
+// served over HTTP/1.1.
+func (s *Server) upgradeAllowed(x *exchange, r *http.Request, st *state) bool {
+	up := r.Header.Get("Upgrade")
+	if up == "" || !hasToken(r.Header["Connection"], "upgrade") || st.exempt[r.URL.Path] {
+		return true
+	}
+	if strings.EqualFold(strings.TrimSpace(up), "h2c") && len(r.Header["Upgrade"]) == 1 {
+		r.Header.Del("Upgrade")
+		r.Header.Del("Http2-Settings")
+		return true
+	}
+	s.refuse(x, apierror.BadRequest(upgradeRefused))
+	return false
+}
+
+// upgradeRefused is the message of a refused upgrade.
+const upgradeRefused = "the dispatcher does not switch protocols on queued paths (the request asks for an Upgrade); only the pool's exempt paths may upgrade"
+
+// hasToken says whether a comma-separated header has token, ignoring case.
+func hasToken(values []string, token string) bool {
+	for _, v := range values {
+		for _, t := range strings.Split(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(t), token) {
+				return true
+			}
+		}
+	}
+	return false
+}
