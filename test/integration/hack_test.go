@@ -151,7 +151,7 @@ func TestCheckImportsGuardsCapacityAndSimulate(t *testing.T) {
 	stdout, stderr, code := script(t, dir, "hack/check-imports.sh")
 	const mod = "github.com/tiergate/tiergate/"
 	want := []any{1,
-		"check-imports: ./dispatcher/queue ok\ncheck-imports: ./dispatcher/policy ok\n",
+		"check-imports: ./dispatcher/queue ok\ncheck-imports: ./dispatcher/policy ok\ncheck-imports: ./dispatcher/balancer ok\n",
 		"check-imports: ./capacity depends on forbidden packages (no-client); the way in:\n" +
 			"  " + mod + "capacity imports sigs.k8s.io/controller-runtime/pkg/client\n" +
 			"check-imports: ./simulate depends on forbidden packages (no-client); the way in:\n" +
