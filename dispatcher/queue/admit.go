@@ -3,6 +3,7 @@ package queue
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/tiergate/tiergate/dispatcher/queue/gate"
 )
@@ -10,6 +11,12 @@ import (
 // Admit enqueues a request of tenant in tier, or refuses it. Refusals:
 // ErrDraining, ErrNoPolicy, ErrUnknownTier, ErrNoCapacity, and *Refusal
 // wrapping ErrQueueFull or ErrTenantLimit, checked in that order.
+//
+// A policy with 0 slots refuses every request with ErrNoCapacity, unless
+// it holds for a cold start (policy.HoldsForColdStart): then requests are
+// held within the bounds, with no slot, until a policy with slots
+// dispatches them, and a tier whose bound is 0 is refused with
+// *ColdStartRefusal (which wraps ErrNoCapacity).
 //
 // In local mode, if a slot is free and nothing outranks the job, it is
 // dispatched before Admit returns (Wait then returns nil at once). In fleet
@@ -100,7 +107,8 @@ func (q *Queue) admissionLocked(tenantID, tierName string, now int64) (*tierStat
 	if tr == nil || tr.retired {
 		return nil, fmt.Errorf("%w %q", ErrUnknownTier, tierName)
 	}
-	if q.slots <= 0 {
+	if q.slots <= 0 && !q.pol.HoldsForColdStart() {
+		q.noteOffered(tr, now) // demand the pool could not even queue
 		return nil, ErrNoCapacity
 	}
 	if ts := q.tenants[tenantID]; ts != nil && ts.tier != tr {
@@ -116,6 +124,11 @@ func (q *Queue) admissionLocked(tenantID, tierName string, now int64) (*tierStat
 // leaves no room for. In fleet mode these are the local counts, a lower
 // bound of the fleet's: a local refusal saves a round trip.
 func (q *Queue) boundsLocked(tr *tierState, tenantID string, now int64) error {
+	if q.slots <= 0 && tr.bound == 0 {
+		// Held for a cold start, and this tier cannot wait it out.
+		q.noteOffered(tr, now)
+		return &ColdStartRefusal{Tier: tr.name, ColdStart: time.Duration(secondsToNs(q.pol.ColdStartSeconds))}
+	}
 	if tr.queued >= tr.bound {
 		return q.refuse(tr, ErrQueueFull, tr.queued, now)
 	}
@@ -134,6 +147,7 @@ func (q *Queue) newJobLocked(tenantID string, tr *tierState, now int64) *job {
 	j.ts, j.tr, j.enq, j.seq = ts, tr, now, q.seq
 	q.seq++
 	q.totals.Admitted++
+	q.noteOffered(tr, now)
 	return j
 }
 
@@ -161,6 +175,7 @@ func (q *Queue) refuse(tr *tierState, cause error, queuedInTier int, now int64) 
 	} else {
 		cause = ErrQueueFull
 		tr.refusedCapacity++
+		q.noteOffered(tr, now)
 	}
 	pos := queuedInTier + 1
 	return &Refusal{Cause: cause, Tier: tr.name, Position: pos, RetryAfter: q.retryAfter(tr, pos, now)}

@@ -20,6 +20,7 @@ type model struct {
 	hasPolicy   bool
 	draining    bool
 	slots       int
+	held        bool // 0 slots, holding for a cold start
 	rateNs      int64
 	timeoutNs   int64
 	defaultTier string
@@ -154,6 +155,7 @@ func (m *model) dispatch() {
 type admitResult struct {
 	err      error // a sentinel
 	position int   // for refusals
+	cold     bool  // a *ColdStartRefusal (wrapping ErrNoCapacity)
 	job      *mJob // when admitted
 }
 
@@ -168,7 +170,7 @@ func (m *model) admit(tenant, tier string, now int64) admitResult {
 	if tr == nil || tr.retired {
 		return admitResult{err: ErrUnknownTier}
 	}
-	if m.slots <= 0 {
+	if m.slots <= 0 && !m.held {
 		return admitResult{err: ErrNoCapacity}
 	}
 	if cur, ok := m.tenantTier[tenant]; ok && cur != tr {
@@ -185,6 +187,9 @@ func (m *model) admit(tenant, tier string, now int64) admitResult {
 	}
 	if !m.gateMode && m.inFlight() < m.slots && (!known || m.tenantInFlight(tenant) < m.limit(tenant)) {
 		return admitResult{job: newJob(stDispatched)}
+	}
+	if m.held && tr.bound == 0 {
+		return admitResult{err: ErrNoCapacity, cold: true}
 	}
 	if n := m.tierQueued(tr); n >= tr.bound {
 		return admitResult{err: ErrQueueFull, position: n + 1}
@@ -263,6 +268,7 @@ func (m *model) update(p *policy.Policy, now int64) {
 	timeoutChanged := newTimeout != m.timeoutNs
 	m.hasPolicy = true
 	m.slots = p.Slots
+	m.held = p.HoldsForColdStart()
 	m.rateNs = secondsToNs(p.AgeingRate)
 	m.timeoutNs = newTimeout
 	m.defaultTier = p.DefaultTier
