@@ -64,8 +64,14 @@ func TestReconcileAtZeroHoldsForTheColdStart(t *testing.T) {
 		}
 		p := &fakePusher{}
 		r.Pusher = p
-		if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: seedKey}); err != nil {
+		res, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: seedKey})
+		if err != nil {
 			t.Fatal(err)
+		}
+		// While held the acks that carry the held requests come back at
+		// least every heldResyncPeriod, not once a minute.
+		if wantAfter := []time.Duration{heldResyncPeriod, time.Minute}[i]; res.RequeueAfter != wantAfter {
+			t.Errorf("step %d: requeue after %s, want %s", i, res.RequeueAfter, wantAfter)
 		}
 		got := heldOutcome(ctx, t, c, p)
 		if diff := cmp.Diff(want, got); diff != "" {
