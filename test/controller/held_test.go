@@ -2,15 +2,19 @@ package controller
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	"k8s.io/apimachinery/pkg/types"
@@ -203,5 +207,89 @@ func TestScaleFromZeroServesHeldRequests(t *testing.T) {
 		if wait > maxWait[a.tier] {
 			t.Errorf("%s: held %s, beyond tier %s's stated maxWait at zero %s", a.who, wait, a.tier, maxWait[a.tier])
 		}
+	}
+}
+
+// Status, kubectl's printer columns and `tiergate simulate` show the same
+// numbers at zero: the samples with coldStart 12s on the real API server,
+// and the same files through the simulator with a replica change to 0.
+func TestSimulateShowsTheStatusAtZero(t *testing.T) {
+	e := newEnv(t)
+	e.startDispatcher("dispatcher-0", 2, pushToken, true)
+	e.applySamples(withColdStart("12s"))
+	e.setReadyReplicas(0)
+	testutil.Eventually(t, 10*time.Second, "ServiceTier status at zero", func() error {
+		return tiersAre(e.ns, map[string]string{
+			"premium":  "bound 0 maxWait - PoolNotReady",
+			"standard": "bound 5 maxWait 1m43.5s HeldForColdStart",
+			"free":     "bound 12 maxWait 2m43.5s HeldForColdStart",
+		})
+	})
+	printed := map[string]string{}
+	for _, l := range strings.Split(strings.TrimSpace(kubectl.Must(t, "get", "servicetiers", "-n", e.ns,
+		"-o", "custom-columns=NAME:.metadata.name,BOUND:.status.queueBound,MAXWAIT:.status.maxWait", "--no-headers")), "\n") {
+		f := strings.Fields(l)
+		printed[f[0]] = strings.Join(f[1:], " ")
+	}
+	assertPrintedBound(t, kubectl.Must(t, "get", "servicetiers", "-n", e.ns), map[string]string{"premium": "0", "standard": "5", "free": "12"})
+
+	dir := t.TempDir()
+	var files []string
+	for _, name := range []string{"tiergate_v1alpha1_modelpool.yaml", "tiergate_v1alpha1_servicetier.yaml", "tiergate_v1alpha1_tenantquota.yaml"} {
+		b, err := os.ReadFile(filepath.Join(repoRoot, "config", "samples", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, filepath.Join(dir, name))
+		if err := os.WriteFile(files[len(files)-1], []byte(withColdStart("12s")(string(b))), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	load := filepath.Join(dir, "load.yaml")
+	if err := os.WriteFile(load, []byte(`apiVersion: tiergate.dev/v1alpha1
+kind: Load
+spec:
+  replicas: 6
+  replicaChanges: [{at: 30s, replicas: 0}, {at: 42s, replicas: 1}]
+  duration: 60s
+  tenants:
+  - {tenant: acme, arrival: {process: poisson, rate: 0.5}}
+  - {tenant: someone, arrival: {process: poisson, rate: 0.5}}
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"simulate", "--json"}
+	for _, f := range append(files, load) {
+		args = append(args, "-f", f)
+	}
+	r := testutil.Tool{Bin: bins.Tiergate}.Run(args...)
+	if r.Err != nil {
+		t.Fatal(r)
+	}
+	var res struct {
+		PolicyChanges []struct {
+			Replicas      int32              `json:"replicas"`
+			Bounds        map[string]int     `json:"bounds"`
+			MaxWait       map[string]float64 `json:"maxWait"`
+			RefusedAtZero []string           `json:"refusedAtZero"`
+		} `json:"policyChanges"`
+	}
+	if err := json.Unmarshal([]byte(r.Stdout), &res); err != nil || len(res.PolicyChanges) == 0 || res.PolicyChanges[0].Replicas != 0 {
+		t.Fatalf("simulate's policy changes: %v\n%s", err, r.Stdout)
+	}
+	zero := res.PolicyChanges[0]
+	simulated := map[string]string{}
+	for name, b := range zero.Bounds {
+		wait := "<none>"
+		if mw, ok := zero.MaxWait[name]; ok {
+			wait = (time.Duration(mw * float64(time.Second))).String()
+		}
+		simulated[name] = fmt.Sprintf("%d %s", b, wait)
+	}
+	if diff := cmp.Diff(printed, simulated); diff != "" {
+		t.Errorf("kubectl (-) and tiergate simulate (+) at zero differ:\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"premium"}, zero.RefusedAtZero); diff != "" {
+		t.Errorf("refused at zero (-want +got):\n%s", diff)
 	}
 }
