@@ -229,7 +229,7 @@ func (d *demo) follow(ctx context.Context, rec *recorder, ev *scaleEvent, at tim
 	// The controller's status shows the same numbers (the pool-wide bound
 	// is the sum of the dispatchers' equal shares here).
 	for time.Now().Before(deadline) && ctx.Err() == nil {
-		if d.tierStatusMatches(ctx, after) {
+		if d.tierStatusMatches(ctx, after) || d.tierStatusIsPoolWide(ctx, ev.To) {
 			d.mu.Lock()
 			ev.StatusFollowed = true
 			d.mu.Unlock()

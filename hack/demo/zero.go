@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/tiergate/tiergate/api/v1alpha1"
+	"github.com/tiergate/tiergate/capacity"
 	"github.com/tiergate/tiergate/dispatcher/policy"
 )
 
@@ -126,6 +127,12 @@ func (d *demo) zeroPhase(ctx context.Context) error {
 	z.ended = z.rec.since()
 	stopObs()
 	<-obsDone
+	// The final counters, once the dispatchers have seen every client go.
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	for s := z.obs.scrape(fctx); s.OK && (s.Queued > 0 || s.InFlight > 0) && fctx.Err() == nil; s = z.obs.scrape(fctx) {
+		time.Sleep(100 * time.Millisecond)
+	}
 	d.ui.frame(renderTable(d.zeroView(z)))
 	d.ui.setLive(false)
 	d.follows.Wait()
@@ -240,6 +247,36 @@ func (d *demo) watchHeld(ctx context.Context, z *zeroRun) {
 		}
 	}
 	d.ui.event(z.rec.since(), "held for the cold start: ServiceTier bounds at zero %s", strings.Join(parts, ", "))
+}
+
+// tierStatusIsPoolWide reports whether the ServiceTiers' status shows the
+// pool-wide bounds of replicas ready replicas, as capacity computes them.
+// Where the dispatchers' shares do not add up to the pool-wide bound (one
+// replica's 4 slots split in two floor each share), their sum cannot be
+// compared with the status; this can.
+func (d *demo) tierStatusIsPoolWide(ctx context.Context, replicas int32) bool {
+	var pool v1alpha1.ModelPool
+	if err := d.k.c.Get(ctx, types.NamespacedName{Namespace: d.pool.Namespace, Name: d.pool.Name}, &pool); err != nil {
+		return false
+	}
+	var tiers v1alpha1.ServiceTierList
+	if err := d.k.c.List(ctx, &tiers, client.InNamespace(d.pool.Namespace)); err != nil || len(tiers.Items) == 0 {
+		return false
+	}
+	b, err := capacity.ComputeBounds(capacity.BoundsInput{Pool: &pool, ReadyReplicas: replicas, Tiers: tiers.Items})
+	if err != nil {
+		return false
+	}
+	want := map[string]int32{}
+	for _, tb := range b.Tiers {
+		want[tb.Name] = tb.QueueBound
+	}
+	for _, t := range tiers.Items {
+		if w, ok := want[t.Name]; !ok || t.Status.QueueBound != w {
+			return false
+		}
+	}
+	return true
 }
 
 // holdingNow reports whether every dispatcher holds a policy that holds
