@@ -61,6 +61,11 @@ func TestHeldAtZeroRefusals(t *testing.T) {
 	if !errors.As(err, &ref) || !errors.Is(err, ErrQueueFull) || ref.Position != 4 || ref.Tier != "standard" {
 		t.Fatalf("standard past its bound of 3: %v, want ErrQueueFull at position 4", err)
 	}
+	// The cold start, then 4 at the first replica's 2/3 per second: 18s,
+	// within standard's W of 20s.
+	if ref.RetryAfter != 18*time.Second {
+		t.Errorf("Retry-After at zero %s, want 12s + ⌈4 × 1.5s⌉ = 18s", ref.RetryAfter)
+	}
 	mustAdmit(t, q, "d", "free")
 	mustAdmit(t, q, "d", "free")
 	if _, err := q.Admit("d", "free"); !errors.Is(err, ErrTenantLimit) {
@@ -224,4 +229,28 @@ func TestHeldFleetClaimsNothingUntilSlots(t *testing.T) {
 	}
 	b.Release()
 	assertFleetIdle(t, f, q)
+}
+
+// At zero the measured drain rate is that of replicas that are gone:
+// Retry-After is the cold start plus the position at the first replica's
+// rate, however fast the tier drained before.
+func TestHeldRetryAfterIgnoresTheOldDrainRate(t *testing.T) {
+	q, clk := newTestQueue(t, seedPolicy(4))
+	for range 40 { // 10s of standard at 4/s
+		h := mustAdmit(t, q, "s", "standard")
+		clk.Step(250 * time.Millisecond)
+		h.Release()
+	}
+	if r := q.Stats().Tiers["standard"].DrainRate; r < 3 {
+		t.Fatalf("standard drained at %.2f/s before zero, want about 4", r)
+	}
+	q.UpdatePolicy(mustValid(t, heldPolicy(2)))
+	for _, tenant := range []string{"a", "b", "c"} {
+		mustAdmit(t, q, tenant, "standard")
+	}
+	_, err := q.Admit("d", "standard")
+	var ref *Refusal
+	if !errors.As(err, &ref) || ref.RetryAfter != 18*time.Second {
+		t.Fatalf("full at zero: %v, want Retry-After 18s (12s + ⌈4 × 1.5s⌉)", err)
+	}
 }
