@@ -104,7 +104,8 @@ type TierBounds struct {
 	TolerableWait time.Duration
 	// QueueBound is L = max(1, floor(μ × min(W, clientTimeout))); while
 	// the pool is at zero with a cold start, max(0, floor(μ₁ ×
-	// (min(W, clientTimeout) − coldStart))), and 0 refuses the tier.
+	// (min(W, clientTimeout) − coldStart))), and 0 refuses the tier; at
+	// zero without a cold start, 0 (every request is refused).
 	QueueBound int32
 	// TenantConcurrencyLimit is max(1, floor(P × share)).
 	TenantConcurrencyLimit int32

@@ -82,13 +82,16 @@ func TestComputeBoundsPoolAndTiers(t *testing.T) {
 				{"free", 240, 1, 9, 211 * time.Second, true, false},
 			},
 		},
-		"zero ready replicas: P=0, μ=0, every bound floored at 1, no wait promised": {
+		// Without a cold start nothing is served or held at zero: every
+		// request is refused, so the bounds say 0 (the tenant limits keep
+		// their floor of 1, which a policy requires).
+		"zero ready replicas: P=0, μ=0, every bound 0, no wait promised": {
 			pool: seed.Pool(seed.WithClientTimeout(30 * time.Second)), replicas: 0, tiers: seed.Tiers(),
-			wantPool: poolRow{0, 0, "0", 6 * time.Second, 6 * time.Second, 120 * time.Second, true, true, 3},
+			wantPool: poolRow{0, 0, "0", 6 * time.Second, 6 * time.Second, 120 * time.Second, true, true, 0},
 			wantTiers: []tierRow{
-				{"premium", 1, 1, 1, 0, false, true},
-				{"standard", 1, 1, 1, 0, false, true},
-				{"free", 1, 1, 1, 0, false, true},
+				{"premium", 0, 1, 1, 0, false, true},
+				{"standard", 0, 1, 1, 0, false, true},
+				{"free", 0, 1, 1, 0, false, true},
 			},
 		},
 		"a share that rounds to zero gives 1, never 0": {
@@ -251,9 +254,15 @@ func TestComputeBoundsZeroReplicasPolicy(t *testing.T) {
 			t.Errorf("dispatcher %d: slots %d rate %v backends %#v, want 0, 0 and an empty (non-nil) list", i, pol.Slots, pol.ServiceRate, pol.Backends)
 		}
 		for _, pt := range pol.Tiers {
-			if pt.QueueBound != 1 || pt.TenantConcurrencyLimit != 1 || pt.TenantQueueLimit != 1 {
-				t.Errorf("dispatcher %d tier %s: %+v, want every bound 1", i, pt.Name, pt)
+			if pt.QueueBound != 0 || pt.TenantConcurrencyLimit != 1 || pt.TenantQueueLimit != 1 {
+				t.Errorf("dispatcher %d tier %s: %+v, want bound 0 and tenant limits 1", i, pt.Name, pt)
 			}
+		}
+		if err := pol.Validate(); err != nil {
+			t.Errorf("dispatcher %d: the policy at zero is invalid: %v", i, err)
+		}
+		if pol.HoldsForColdStart() {
+			t.Errorf("dispatcher %d: a policy without a cold start holds requests", i)
 		}
 	}
 	if !strings.Contains(got.Tiers[2].Guarantee, "no ready replicas") {
@@ -364,7 +373,8 @@ func TestComputeBoundsSplit(t *testing.T) {
 
 func TestComputeBoundsSplitSumsExactly(t *testing.T) {
 	// Every pool size over every dispatcher count: slices sum to P, differ by
-	// at most one, and no bound or limit is ever below 1.
+	// at most one, and no bound or limit is ever below 1, but for the
+	// queue bounds of a pool at zero (no cold start), which are 0.
 	for r := int32(0); r <= 9; r++ {
 		for n := 1; n <= 12; n++ {
 			got, err := ComputeBounds(BoundsInput{Pool: seed.Pool(seed.WithClientTimeout(30 * time.Second)), ReadyReplicas: r, Tiers: seed.Tiers(), Dispatchers: n})
@@ -376,7 +386,11 @@ func TestComputeBoundsSplitSumsExactly(t *testing.T) {
 				sum += pol.Slots
 				lo, hi = min(lo, pol.Slots), max(hi, pol.Slots)
 				for _, pt := range pol.Tiers {
-					if pt.QueueBound < 1 || pt.TenantConcurrencyLimit < 1 || pt.TenantQueueLimit < 1 {
+					badBound := pt.QueueBound < 1
+					if r == 0 {
+						badBound = pt.QueueBound != 0
+					}
+					if badBound || pt.TenantConcurrencyLimit < 1 || pt.TenantQueueLimit < 1 {
 						t.Errorf("R=%d N=%d tier %s: %+v has a value below 1", r, n, pt.Name, pt)
 					}
 				}

@@ -24,7 +24,8 @@ func sortedTiers(in []v1alpha1.ServiceTier) []v1alpha1.ServiceTier {
 // tierBounds computes each tier's queue bound L = max(1, floor(P × Weff /
 // S)) with Weff = min(W, clientTimeout), and its tenant limits from P and L
 // and the tier's share. While held, P is C and L = max(0, floor(C × (Weff −
-// coldStart) / S)): a tier that cannot wait out the cold start gets 0.
+// coldStart) / S)): a tier that cannot wait out the cold start gets 0. At
+// P = 0 without a cold start nothing is served or held, so L is 0.
 // MaxWait is left to stateMaxWaits.
 func tierBounds(r rates, sorted []v1alpha1.ServiceTier, clientTimeout time.Duration) []TierBounds {
 	var out []TierBounds
@@ -35,7 +36,7 @@ func tierBounds(r rates, sorted []v1alpha1.ServiceTier, clientTimeout time.Durat
 			weff = clientTimeout
 		}
 		l := r.servedWithin(weff)
-		if !r.held() {
+		if !r.held() && r.boundsFor > 0 {
 			l = atLeastOne(l)
 		}
 		share := shareRat(t.Spec.TenantShare)

@@ -39,12 +39,12 @@ func TestReconcileAtZeroHoldsForTheColdStart(t *testing.T) {
 		MaxWait:   map[string]string{"premium": "", "standard": "1m43.5s", "free": "2m43.5s"},
 	}
 	// Without the Deployment no first replica is coming: refused, as
-	// without a cold start.
+	// without a cold start, so every bound is 0.
 	gone := heldRow{
 		Slots: []int{0, 0}, Backends: []int{0, 0}, ColdStart: []float64{0, 0},
-		Bounds:    [][]int{{1, 1, 1}, {1, 1, 1}},
+		Bounds:    [][]int{{0, 0, 0}, {0, 0, 0}},
 		PoolReady: "DeploymentNotFound",
-		Tiers:     map[string]tierStatusRow{"premium": {1, "PoolNotReady"}, "standard": {1, "PoolNotReady"}, "free": {1, "PoolNotReady"}},
+		Tiers:     map[string]tierStatusRow{"premium": {0, "PoolNotReady"}, "standard": {0, "PoolNotReady"}, "free": {0, "PoolNotReady"}},
 		MaxWait:   map[string]string{"premium": "", "standard": "", "free": ""},
 	}
 	objs := seedWorld()
@@ -64,8 +64,14 @@ func TestReconcileAtZeroHoldsForTheColdStart(t *testing.T) {
 		}
 		p := &fakePusher{}
 		r.Pusher = p
-		if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: seedKey}); err != nil {
+		res, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: seedKey})
+		if err != nil {
 			t.Fatal(err)
+		}
+		// While held the acks that carry the held requests come back at
+		// least every heldResyncPeriod, not once a minute.
+		if wantAfter := []time.Duration{heldResyncPeriod, time.Minute}[i]; res.RequeueAfter != wantAfter {
+			t.Errorf("step %d: requeue after %s, want %s", i, res.RequeueAfter, wantAfter)
 		}
 		got := heldOutcome(ctx, t, c, p)
 		if diff := cmp.Diff(want, got); diff != "" {

@@ -11,7 +11,10 @@
 //     of quotas whose tier is gone.
 //   - status.go holds pure helpers from observations to status; measured.go
 //     and apikeys.go are pure too. The desired replicas come from the
-//     dispatchers' acks through capacity.DesiredReplicas.
+//     dispatchers' acks through capacity.DesiredReplicas; acks come only
+//     with pushes, so while a pool is held at zero its resync period is at
+//     most heldResyncPeriod (heldresync.go) and a held request reaches
+//     desiredReplicas within seconds.
 //   - autoscaler.go keeps the KEDA ScaledObject of a pool with
 //     spec.autoscaling, built as unstructured so KEDA's module stays out of
 //     the build. It reads the ScaledObject only when the pool's spec

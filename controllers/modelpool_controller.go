@@ -113,7 +113,8 @@ func (r *PoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	}
 	mem.contentHash, mem.version = want.hash, want.version
 	mem.maxWaitTiers = exportPoolMetrics(req.String(), mem.maxWaitTiers, c.bounds, c.demand)
-	r.Pusher.Sync(req.NamespacedName, want.targets, mem.resyncDue(now, r.ResyncPeriod))
+	period := resyncPeriod(r.ResyncPeriod, c.bounds)
+	r.Pusher.Sync(req.NamespacedName, want.targets, mem.resyncDue(now, period))
 
 	// Tier and quota status after the push has started: it is for people,
 	// the push is for traffic.
@@ -123,7 +124,7 @@ func (r *PoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	if err := r.writeQuotaStatus(ctx, &pool, obs, c.bounds, stamp); err != nil {
 		return ctrl.Result{}, err
 	}
-	return mem.requeue(now, r.ResyncPeriod), nil
+	return mem.requeue(now, period), nil
 }
 
 // desired is what one reconcile puts in force.

@@ -318,17 +318,17 @@ func TestPoolReconcile(t *testing.T) {
 				want: outcome{Err: "conflict", Pool: poolRow{1, 24, "PoolReady"}, Tiers: seedTiers, Quotas: map[string]string{"acme": "Active"}, StatusWrites: 1},
 			}},
 		},
-		"deleted Deployment: 0 slots pushed under a new version, bounds at their floor": {
+		"deleted Deployment: 0 slots pushed under a new version, bounds 0": {
 			objs: seedWorld(),
 			steps: []step{{want: first}, {
 				change: func(ctx context.Context, c client.Client) error {
 					return c.Delete(ctx, &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: seed.Namespace, Name: "vllm"}})
 				},
-				want: outcome{Pool: poolRow{2, 0, "DeploymentNotFound"}, Synced: true, Pushed: twoDispatchers(2, 0, 1, 1, 1),
-					Tiers: map[string]tierStatusRow{"premium": {1, "PoolNotReady"}, "standard": {1, "PoolNotReady"}, "free": {1, "PoolNotReady"}},
+				want: outcome{Pool: poolRow{2, 0, "DeploymentNotFound"}, Synced: true, Pushed: twoDispatchers(2, 0, 0, 0, 0),
+					Tiers: map[string]tierStatusRow{"premium": {0, "PoolNotReady"}, "standard": {0, "PoolNotReady"}, "free": {0, "PoolNotReady"}},
 					// The pool, the tiers, and acme's limit of 6 falls to 1.
 					Quotas: map[string]string{"acme": "Active"}, StatusWrites: 5,
-					Events: []string{"Normal ScaledPool pool concurrency 24→0 (6→0 ready replicas)", "Normal ScaledBounds premium 20→1, standard 80→1, free 120→1"}},
+					Events: []string{"Normal ScaledPool pool concurrency 24→0 (6→0 ready replicas)", "Normal ScaledBounds premium 20→0, standard 80→0, free 120→0"}},
 			}},
 		},
 		"orphaned tier: a pool that never existed marks its tiers and their quotas": {

@@ -291,7 +291,7 @@ func tierReady(tb capacity.TierBounds, pool capacity.PoolBounds) (bool, string, 
 		return false, string(v1alpha1.ReasonTierHeldForColdStart), fmt.Sprintf(
 			"the pool is at zero replicas: up to %d requests are held for the first replica, expected within the cold start of %s", tb.QueueBound, pool.ColdStart)
 	case pool.NoReadyReplicas:
-		return false, string(v1alpha1.ReasonPoolNotReady), "the pool has no ready replicas: every bound is at its floor of 1 and nothing is served"
+		return false, string(v1alpha1.ReasonPoolNotReady), "the pool has no ready replicas and no coldStart: its bound is 0, every request is refused (503) and nothing is served"
 	}
 	return true, string(v1alpha1.ReasonBoundsComputed),
 		fmt.Sprintf("queue bound %d, tenant limits %d in flight and %d queued, for %d pool slots", tb.QueueBound, tb.TenantConcurrencyLimit, tb.TenantQueueLimit, pool.Concurrency)

@@ -282,10 +282,10 @@ func TestDesiredTierStatus(t *testing.T) {
 	}
 	zero := seedBounds(t, 0, 1)
 	st = desiredTierStatus(st, 2, zero.Tiers[2], zero.Pool, t1)
-	if st.MaxWait != nil || st.QueueBound != 1 {
-		t.Errorf("zero replicas: maxWait %v bound %d, want none and 1", st.MaxWait, st.QueueBound)
+	if st.MaxWait != nil || st.QueueBound != 0 {
+		t.Errorf("zero replicas: maxWait %v bound %d, want none and 0", st.MaxWait, st.QueueBound)
 	}
-	want = condRow{"Ready", "False", "PoolNotReady", "the pool has no ready replicas: every bound is at its floor of 1 and nothing is served"}
+	want = condRow{"Ready", "False", "PoolNotReady", "the pool has no ready replicas and no coldStart: its bound is 0, every request is refused (503) and nothing is served"}
 	if diff := cmp.Diff(want, condRows(st.Conditions)["Ready"]); diff != "" {
 		t.Errorf("(-want +got):\n%s", diff)
 	}

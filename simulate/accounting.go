@@ -16,6 +16,9 @@ type tierState struct {
 	sojournN   int64
 	// underMax is the longest wait of a request under its tenant's limits.
 	underMax time.Duration
+	// heldMax is the longest wait of a request held at zero, heldStated
+	// the tier's maxWait at zero (0: refused there); zero.go.
+	heldMax, heldStated time.Duration
 	res      *TierResult
 	ser      *series
 }
@@ -37,6 +40,7 @@ func (e *engine) enqueued(r *request) {
 	e.count(ts, func(f *Figures) { f.Admitted++ })
 	e.admitted++
 	r.state, r.admitAt = stQueued, e.now
+	e.admittedAtZero(r)
 	ta := &ts.at[r.disp]
 	r.underLimits, r.capMark = !ta.atCap(), ta.capHits
 	tier.queued++
@@ -60,7 +64,9 @@ func (e *engine) recordWait(r *request, waited time.Duration) {
 		w := waited.Seconds()
 		ts.res.waits = append(ts.res.waits, w)
 		tier.res.waits = append(tier.res.waits, w)
-		if r.underLimits && ts.at[r.disp].capHits == r.capMark {
+		if r.heldAtZero {
+			e.heldDispatched(r, waited)
+		} else if r.underLimits && ts.at[r.disp].capHits == r.capMark {
 			tier.res.UnderLimits.Count++
 			tier.underMax = max(tier.underMax, waited)
 		}
@@ -134,6 +140,7 @@ func (e *engine) finish() *Result {
 		}
 		tr.UnderLimits.MaxWait = round6(ts.underMax.Seconds())
 		tr.UnderLimits.WithinMaxWait = ts.underMax <= maxWaitOf(e.first, ts.name)
+		ts.finishHeld()
 		tr.Queue.MeanLength = round6(ts.area / window)
 		tr.Queue.AdmissionRate = round6(float64(tr.Admitted) / window)
 		if ts.sojournN > 0 {

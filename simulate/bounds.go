@@ -17,6 +17,9 @@ type policyState struct {
 	// stated is what the run's scheduler enforces pool-wide at the Load's
 	// replicas: the figures' bound and limits.
 	stated enforced
+	// held is the pool-wide bounds while the pool is at zero replicas and
+	// holds requests for its first replica (spec.coldStart); nil otherwise.
+	held *capacity.Bounds
 }
 
 // computeBounds runs the controller's computation for the given number of
@@ -88,10 +91,15 @@ func (e *engine) applyPolicy(b capacity.Bounds, replicas int32) error {
 	}
 	wp := whole.PolicyFor(0)
 	stated := e.kind.limits(&wp, e.env)
+	e.held = nil
+	if whole.Pool.ColdStart > 0 {
+		e.held = &whole
+		e.noteHeldBounds(whole)
+	}
 	if e.version == 1 {
 		e.stated = stated
 	} else {
-		e.recordPolicyChange(replicas, stated)
+		e.recordPolicyChange(replicas, stated, whole)
 	}
 	return nil
 }
@@ -108,10 +116,26 @@ func (e *engine) setLimits(d int, lim enforced) {
 	}
 }
 
-func (e *engine) recordPolicyChange(replicas int32, stated enforced) {
-	pc := PolicyChange{AtSeconds: round6(e.now.Seconds()), Replicas: replicas, Slots: e.slots, Bounds: map[string]int{}}
+// recordPolicyChange notes the scheduler's pool-wide bounds under the new
+// policy and what the controller would state for it: the tiers' maxWait
+// (status.maxWait), the cold start while held, and the tiers refused at
+// zero because they cannot wait it out.
+func (e *engine) recordPolicyChange(replicas int32, stated enforced, whole capacity.Bounds) {
+	pc := PolicyChange{AtSeconds: round6(e.now.Seconds()), Replicas: replicas, Slots: e.slots, Bounds: map[string]int{},
+		ColdStartSeconds: round6(whole.Pool.ColdStart.Seconds())}
 	for _, name := range e.res.order {
 		pc.Bounds[name] = stated.tiers[name].bound
+	}
+	for _, tb := range whole.Tiers {
+		switch {
+		case whole.Pool.ColdStart > 0 && tb.QueueBound == 0:
+			pc.RefusedAtZero = append(pc.RefusedAtZero, tb.Name)
+		case !tb.Unbounded:
+			if pc.MaxWait == nil {
+				pc.MaxWait = map[string]float64{}
+			}
+			pc.MaxWait[tb.Name] = round6(tb.MaxWait.Seconds())
+		}
 	}
 	e.res.PolicyChanges = append(e.res.PolicyChanges, pc)
 }

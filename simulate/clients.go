@@ -60,6 +60,9 @@ type request struct {
 	// request was admitted; capMark is its capHits then.
 	underLimits bool
 	capMark     uint64
+	// heldAtZero: admitted while the pool was at zero, held for its first
+	// replica (zero.go).
+	heldAtZero bool
 }
 
 // unavailableBackoff is how long a closed-loop client waits after a 503,
@@ -171,6 +174,13 @@ func (e *engine) refused(r *request, err error) {
 		backoff = ref.RetryAfter
 	case errors.Is(err, queue.ErrNoCapacity):
 		e.count(ts, func(f *Figures) { f.Refused.Unavailable++ })
+		var cold *queue.ColdStartRefusal
+		if errors.As(err, &cold) {
+			// The 503 of a tier that cannot wait out the cold start says
+			// Retry-After = the cold start.
+			backoff = max(cold.ColdStart, time.Second)
+			e.heldCount(r, func(h *HeldFigures) { h.RefusedAtZero++ })
+		}
 	default:
 		e.fail(fmt.Errorf("%w: admit tenant %q tier %q: %w", ErrInternal, ts.name, ts.tier.name, err))
 		return

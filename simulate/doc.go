@@ -25,7 +25,9 @@
 //   - the service model (service.go): a dispatched request holds its slot
 //     for a drawn service time (dist.go), then completes or is cancelled;
 //   - policy changes (bounds.go): at every replica change the bounds are
-//     recomputed and pushed with a new version;
+//     recomputed and pushed with a new version; at zero replicas with
+//     spec.coldStart the real queue holds requests within the bounds at
+//     zero, and zero.go counts what was held and warns of the phase;
 //   - accounting (accounting.go): counts, waits, time-weighted queue
 //     lengths, goodput, wasted service, SLO attainment and Jain's index
 //     after the warm-up, per tier and per tenant, turned into a Result

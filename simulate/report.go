@@ -62,12 +62,7 @@ func (e *engine) warnings() []string {
 		out = append(out, fmt.Sprintf("Load spec.dispatchers %d exceeds the pool's %d slots: %d of the dispatchers get no slot and refuse every request sent to them with 503 unavailable",
 			len(e.first.Policies), pool.Concurrency, idle))
 	}
-	for i, c := range e.load.ReplicaChanges {
-		if c.Replicas == 0 {
-			out = append(out, fmt.Sprintf("replicaChanges[%d]: the pool scales to 0 at %s: requests are refused with 503 unavailable until it scales up", i, c.At.Duration))
-		}
-	}
-	return out
+	return append(out, e.zeroWarnings()...)
 }
 
 // WriteJSON writes the result as one indented JSON object.
@@ -146,17 +141,65 @@ func WriteText(w io.Writer, r *Result) error {
 	return nil
 }
 
+// writePolicyChanges lists the recomputed bounds and stated maxWaits; a
+// tier refused at zero (bound 0 while held for a cold start) says so.
 func writePolicyChanges(w io.Writer, r *Result) {
-	if len(r.PolicyChanges) > 0 {
-		fmt.Fprintln(w, "\nPolicy changes:")
-		for _, c := range r.PolicyChanges {
-			var bs []string
-			for _, name := range r.tierOrder() {
-				bs = append(bs, fmt.Sprintf("%s %d", name, c.Bounds[name]))
-			}
-			fmt.Fprintf(w, "  at %s: %d replicas, %d slots, bounds %s\n", fmtSecs(c.AtSeconds), c.Replicas, c.Slots, strings.Join(bs, ", "))
-		}
+	if len(r.PolicyChanges) == 0 {
+		return
 	}
+	fmt.Fprintln(w, "\nPolicy changes:")
+	for _, c := range r.PolicyChanges {
+		refused := map[string]bool{}
+		for _, n := range c.RefusedAtZero {
+			refused[n] = true
+		}
+		var bs, ws []string
+		for _, name := range r.tierOrder() {
+			b := fmt.Sprintf("%s %d", name, c.Bounds[name])
+			if refused[name] {
+				b += " (refused at zero)"
+			}
+			bs = append(bs, b)
+			if mw, ok := c.MaxWait[name]; ok {
+				ws = append(ws, fmt.Sprintf("%s %s", name, fmtSecs(mw)))
+			}
+		}
+		held := ""
+		if c.ColdStartSeconds > 0 {
+			held = fmt.Sprintf(", held for a cold start of %s", fmtSecs(c.ColdStartSeconds))
+		}
+		fmt.Fprintf(w, "  at %s: %d replicas, %d slots%s, bounds %s", fmtSecs(c.AtSeconds), c.Replicas, c.Slots, held, strings.Join(bs, ", "))
+		if len(ws) > 0 {
+			fmt.Fprintf(w, "; maxWait %s", strings.Join(ws, ", "))
+		}
+		fmt.Fprintln(w)
+	}
+	writeHeld(w, r)
+}
+
+// writeHeld is the table of what each tier held at zero, when the pool was
+// ever held for a cold start.
+func writeHeld(w io.Writer, r *Result) {
+	order := r.tierOrder()
+	if len(order) == 0 || r.Tiers[order[0]].HeldAtZero == nil {
+		return
+	}
+	fmt.Fprintln(w, "\nHeld at zero (admitted while the pool had no replica, against the stated maxWait at zero):")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "TIER\tHELD\tDISPATCHED\tEXPIRED\tABANDONED\tREFUSED AT ZERO\tMAX WAIT\tMAXWAIT AT ZERO\tWITHIN\t")
+	for _, name := range order {
+		h := r.Tiers[name].HeldAtZero
+		stated, within := "refused", "-"
+		if h.StatedMaxWait > 0 {
+			stated = fmtSecs(h.StatedMaxWait)
+		}
+		if h.Dispatched > 0 {
+			within = map[bool]string{true: "yes", false: "NO"}[h.WithinMaxWait]
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t\n", name, h.Held, h.Dispatched, h.Expired, h.Abandoned, h.RefusedAtZero,
+			fmtSecs(h.MaxWait), stated, within)
+	}
+	_ = tw.Flush()
 }
 
 func figuresRow(f *Figures) string {

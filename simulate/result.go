@@ -69,6 +69,16 @@ type PolicyChange struct {
 	Replicas  int32          `json:"replicas"`
 	Slots     int            `json:"slots"`
 	Bounds    map[string]int `json:"bounds"`
+	// MaxWait is each tier's stated maxWait under this policy, seconds, as
+	// its ServiceTier status would say; a tier with no guarantee (the
+	// pool has no replica and no cold start, or refuses it at zero) is
+	// left out.
+	MaxWait map[string]float64 `json:"maxWait,omitempty"`
+	// ColdStartSeconds is set while the pool is at zero replicas and holds
+	// requests for its first replica; RefusedAtZero are then the tiers
+	// whose bound at zero is 0, refused at once (503 unavailable).
+	ColdStartSeconds float64  `json:"coldStartSeconds,omitempty"`
+	RefusedAtZero    []string `json:"refusedAtZero,omitempty"`
 }
 
 // Figures are the counts and waits of one tier or one tenant. Counts are of
@@ -138,6 +148,9 @@ type TierResult struct {
 	UnderLimits UnderLimits `json:"underLimits"`
 	// Queue holds the Little's-law figures.
 	Queue QueueFigures `json:"queue"`
+	// HeldAtZero is what the tier's queue held while the pool was at zero
+	// replicas holding for a cold start; absent when it never was.
+	HeldAtZero *HeldFigures `json:"heldAtZero,omitempty"`
 	// SLOAttainment is the share of the requests offered in the window
 	// whose client received the answer and whose generation started within
 	// tolerableWait of their first attempt.
@@ -148,6 +161,26 @@ type TierResult struct {
 
 	// tolerableWait is the tier's W, the bound of SLOAttainment.
 	tolerableWait time.Duration
+}
+
+// HeldFigures count, in the window, the requests of one tier admitted
+// while the pool was at zero replicas (held for its first replica) and
+// those refused then because the tier cannot wait out the cold start.
+// Their waits are held to the stated maxWait at zero, not to the
+// UnderLimits guarantee of the Load's replicas.
+type HeldFigures struct {
+	Held       int64 `json:"held"`
+	Dispatched int64 `json:"dispatched"`
+	Expired    int64 `json:"expired"`
+	Abandoned  int64 `json:"abandoned"`
+	// RefusedAtZero counts 503s of a tier whose bound at zero is 0.
+	RefusedAtZero int64 `json:"refusedAtZero"`
+	// MaxWait is the longest wait of a held request that was dispatched,
+	// StatedMaxWait the tier's maxWait at zero (0 when it is refused at
+	// zero), seconds.
+	MaxWait       float64 `json:"maxWait"`
+	StatedMaxWait float64 `json:"statedMaxWait"`
+	WithinMaxWait bool    `json:"withinMaxWait"`
 }
 
 // UnderLimits is the observed side of the guarantee.

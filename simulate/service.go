@@ -25,11 +25,17 @@ func (e *engine) resolve(o outcome) {
 		r.state = stDone // its client's end was counted when it left
 	case errors.Is(o.err, queue.ErrExpired):
 		e.count(r.ten, func(f *Figures) { f.Expired++ })
+		if r.heldAtZero {
+			e.heldCount(r, func(h *HeldFigures) { h.Expired++ })
+		}
 		ser := r.ten.tier.ser
 		ser.expired[ser.bucket(e.now.Seconds())]++
 		e.finalOutcome(r, 0)
 	case errors.Is(o.err, context.Canceled):
 		e.count(r.ten, func(f *Figures) { f.Abandoned++ })
+		if r.heldAtZero {
+			e.heldCount(r, func(h *HeldFigures) { h.Abandoned++ })
+		}
 		e.finalOutcome(r, 0)
 	default:
 		e.fail(fmt.Errorf("%w: request %d: Wait: %w", ErrInternal, r.id, o.err))

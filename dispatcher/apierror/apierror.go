@@ -127,9 +127,12 @@ const unavailableRetry = time.Second
 // policy's queue expiry (for the 504 message).
 func FromQueue(err error, tenant, tier string, tierWait, clientTimeout time.Duration) *Error {
 	var ref *queue.Refusal
+	var cold *queue.ColdStartRefusal
 	switch {
 	case errors.As(err, &ref):
 		return fromRefusal(ref, tenant)
+	case errors.As(err, &cold):
+		return fromColdStart(cold)
 	case errors.Is(err, queue.ErrUnknownTier):
 		return unknownTenant(tenant)
 	case errors.Is(err, queue.ErrNoPolicy):
@@ -165,6 +168,17 @@ func fromRefusal(ref *queue.Refusal, tenant string) *Error {
 	} else {
 		e.Message = fmt.Sprintf("the queue of tier %q is full; retry after %ds", tier, e.RetryAfterSeconds())
 	}
+	return e
+}
+
+// fromColdStart is the 503 of a tier that cannot wait for a pool starting
+// from zero replicas. Retry-After is the cold start, at least 1s: by then
+// a replica may be Ready.
+func fromColdStart(c *queue.ColdStartRefusal) *Error {
+	e := newError(queue.CauseUnavailable, c.Tier, "")
+	e.RetryAfter = max(c.ColdStart, time.Second)
+	e.Message = fmt.Sprintf("the pool is starting from zero replicas and its first replica takes %s to become ready, longer than tier %q can wait, so the request is refused rather than held; retry after %ds",
+		c.ColdStart, c.Tier, e.RetryAfterSeconds())
 	return e
 }
 

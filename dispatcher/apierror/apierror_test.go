@@ -44,6 +44,21 @@ func TestFromQueue(t *testing.T) {
 			want: Error{Status: 503, Cause: queue.CauseUnavailable, Tier: "premium", RetryAfter: 5 * time.Second,
 				Message: "the pool has no capacity right now (no ready backends)"},
 		},
+		"a tier that cannot wait out the cold start: retry after it": {
+			err: &queue.ColdStartRefusal{Tier: "premium", ColdStart: 12 * time.Second},
+			want: Error{Status: 503, Cause: queue.CauseUnavailable, Tier: "premium", RetryAfter: 12 * time.Second,
+				Message: `the pool is starting from zero replicas and its first replica takes 12s to become ready, longer than tier "premium" can wait, so the request is refused rather than held; retry after 12s`},
+		},
+		"a cold start under a second: retry after 1s": {
+			err: fmt.Errorf("admit: %w", &queue.ColdStartRefusal{Tier: "premium", ColdStart: 300 * time.Millisecond}),
+			want: Error{Status: 503, Cause: queue.CauseUnavailable, Tier: "premium", RetryAfter: time.Second,
+				Message: `the pool is starting from zero replicas and its first replica takes 300ms to become ready, longer than tier "premium" can wait, so the request is refused rather than held; retry after 1s`},
+		},
+		"a cold start of 1.5s: Retry-After rounds up to 2s": {
+			err: &queue.ColdStartRefusal{Tier: "premium", ColdStart: 1500 * time.Millisecond},
+			want: Error{Status: 503, Cause: queue.CauseUnavailable, Tier: "premium", RetryAfter: 1500 * time.Millisecond,
+				Message: `the pool is starting from zero replicas and its first replica takes 1.5s to become ready, longer than tier "premium" can wait, so the request is refused rather than held; retry after 2s`},
+		},
 		"draining": {
 			err: queue.ErrDraining,
 			want: Error{Status: 503, Cause: queue.CauseDraining, Tier: "premium", RetryAfter: time.Second,

@@ -39,7 +39,9 @@ func finite(f float64) bool { return !math.IsNaN(f) && !math.IsInf(f, 0) }
 
 // Validate checks the whole document and returns every violation as
 // ValidationErrors, or nil. slots == 0 with no backends is valid: the pool
-// has been scaled to zero and the queue refuses with ErrNoCapacity.
+// has been scaled to zero and the queue refuses with ErrNoCapacity, or,
+// with coldStartSeconds, holds requests for its first replica. With slots
+// 0 a tier's queueBound may be 0.
 func (p *Policy) Validate() error {
 	if p == nil {
 		return ValidationErrors{{Field: "", Message: "policy is missing"}}

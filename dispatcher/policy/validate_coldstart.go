@@ -12,8 +12,10 @@ func (p *Policy) HoldsForColdStart() bool {
 
 // coldStart checks ColdStartSeconds. It runs after the other checks: the
 // tiers check wants every QueueBound >= 1, which is the rule of a pool
-// with slots, and a policy that holds for a cold start may also carry 0,
-// for a tier that cannot be served before the first replica is Ready.
+// with slots, and a policy with 0 slots may also carry 0: a pool at zero
+// without a cold start refuses every request (its bounds are 0), and one
+// that holds for a cold start gives 0 to a tier that cannot be served
+// before the first replica is Ready.
 func (c *checker) coldStart(p *Policy) {
 	switch {
 	case !finite(p.ColdStartSeconds) || p.ColdStartSeconds < 0:
@@ -21,7 +23,7 @@ func (c *checker) coldStart(p *Policy) {
 	case p.ColdStartSeconds > 0 && p.Slots > 0:
 		c.add("coldStartSeconds", "is %v but slots is %d; a cold start is only set while the pool is at zero (slots 0)", p.ColdStartSeconds, p.Slots)
 	}
-	if !p.HoldsForColdStart() {
+	if p.Slots != 0 {
 		return
 	}
 	zero := map[string]bool{}

@@ -32,9 +32,10 @@ func TestValidateColdStart(t *testing.T) {
 		"held at zero, a tier with bound 0":     {mutate: func(*Policy) {}, wantHold: true},
 		"held at zero, every tier with bound 0": {mutate: func(p *Policy) { p.Tiers[1].QueueBound = 0 }, wantHold: true},
 		"fractional cold start":                 {mutate: func(p *Policy) { p.ColdStartSeconds = 0.5 }, wantHold: true},
-		"zero without a cold start refuses bound 0": {
-			mutate: func(p *Policy) { p.ColdStartSeconds = 0 },
-			want:   ValidationErrors{{Field: "tiers[0].queueBound", Message: "must be >= 1, got 0"}},
+		// Without a cold start a pool at zero refuses every request, and its
+		// bounds say so.
+		"zero without a cold start, bounds 0": {
+			mutate: func(p *Policy) { p.ColdStartSeconds = 0; p.Tiers[1].QueueBound = 0 },
 		},
 		"zero without a cold start, bounds 1": {
 			mutate: func(p *Policy) { p.ColdStartSeconds = 0; p.Tiers[0].QueueBound = 1 },
@@ -42,7 +43,6 @@ func TestValidateColdStart(t *testing.T) {
 		"negative cold start": {
 			mutate: func(p *Policy) { p.ColdStartSeconds = -1 },
 			want: ValidationErrors{
-				{Field: "tiers[0].queueBound", Message: "must be >= 1, got 0"},
 				{Field: "coldStartSeconds", Message: "must be a finite number >= 0 (0 when the pool is not at zero), got -1"},
 			},
 		},
@@ -53,6 +53,14 @@ func TestValidateColdStart(t *testing.T) {
 		"infinite cold start": {
 			mutate: func(p *Policy) { p.ColdStartSeconds = math.Inf(1); p.Tiers[0].QueueBound = 1 },
 			want:   ValidationErrors{{Field: "coldStartSeconds", Message: "must be a finite number >= 0 (0 when the pool is not at zero), got +Inf"}},
+		},
+		"bound 0 with slots and no cold start": {
+			mutate: func(p *Policy) {
+				p.ColdStartSeconds = 0
+				p.Slots = 4
+				p.Backends = []Backend{{Address: "10.0.0.7:8000"}}
+			},
+			want: ValidationErrors{{Field: "tiers[0].queueBound", Message: "must be >= 1, got 0"}},
 		},
 		"cold start with slots": {
 			mutate: func(p *Policy) {

@@ -3,6 +3,7 @@ package queue
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/tiergate/tiergate/dispatcher/queue/gate"
 )
@@ -20,6 +21,12 @@ import (
 // policy therefore gets the current tier, and no queued work moves. The
 // handle's Tier says which tier it joined.
 //
+// A policy with 0 slots refuses every request with ErrNoCapacity, unless
+// it holds for a cold start (policy.HoldsForColdStart): then requests are
+// held within the bounds, with no slot, until a policy with slots
+// dispatches them, and a tier whose bound is 0 is refused with
+// *ColdStartRefusal (which wraps ErrNoCapacity).
+//
 // In local mode, if a slot is free and nothing outranks the job, it is
 // dispatched before Admit returns (Wait then returns nil at once). In fleet
 // mode Admit asks the Gate for a queued place, without holding the queue's
@@ -32,7 +39,7 @@ func (q *Queue) Admit(tenantID, callerTier string) (*Handle, error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	now := q.now()
-	tr, err := q.admissionLocked(tenantID, callerTier)
+	tr, err := q.admissionLocked(tenantID, callerTier, now)
 	if err != nil {
 		return nil, err
 	}
@@ -58,7 +65,7 @@ func (q *Queue) Admit(tenantID, callerTier string) (*Handle, error) {
 func (q *Queue) admitFleet(tenantID, callerTier string) (*Handle, error) {
 	q.mu.Lock()
 	now := q.now()
-	tr, err := q.admissionLocked(tenantID, callerTier)
+	tr, err := q.admissionLocked(tenantID, callerTier, now)
 	if err == nil {
 		err = q.boundsLocked(tr, tenantID, now)
 	}
@@ -82,7 +89,7 @@ func (q *Queue) admitFleet(tenantID, callerTier string) (*Handle, error) {
 	now = q.now()
 	// A policy that came meanwhile may put the tenant in another tier: the
 	// job joins that one with its place, as UpdatePolicy moves queued jobs.
-	if tr, err = q.admissionLocked(tenantID, callerTier); err != nil {
+	if tr, err = q.admissionLocked(tenantID, callerTier, now); err != nil {
 		if place.Result == gate.OK {
 			q.fleet.returns = append(q.fleet.returns, place.Lease)
 		}
@@ -100,7 +107,7 @@ func (q *Queue) admitFleet(tenantID, callerTier string) (*Handle, error) {
 
 // admissionLocked is the checks every admission passes first. It returns
 // the tier the job joins (see Admit).
-func (q *Queue) admissionLocked(tenantID, callerTier string) (*tierState, error) {
+func (q *Queue) admissionLocked(tenantID, callerTier string, now int64) (*tierState, error) {
 	if q.draining {
 		return nil, ErrDraining
 	}
@@ -115,7 +122,8 @@ func (q *Queue) admissionLocked(tenantID, callerTier string) (*tierState, error)
 		}
 		return nil, fmt.Errorf("%w %q", ErrUnknownTier, name)
 	}
-	if q.slots <= 0 {
+	if q.slots <= 0 && !q.pol.HoldsForColdStart() {
+		q.noteOffered(tr, now) // demand the pool could not even queue
 		return nil, ErrNoCapacity
 	}
 	return tr, nil
@@ -149,6 +157,11 @@ func (q *Queue) tierForLocked(tenantID, callerTier string) *tierState {
 // leaves no room for. In fleet mode these are the local counts, a lower
 // bound of the fleet's: a local refusal saves a round trip.
 func (q *Queue) boundsLocked(tr *tierState, tenantID string, now int64) error {
+	if q.slots <= 0 && tr.bound == 0 {
+		// Held for a cold start, and this tier cannot wait it out.
+		q.noteOffered(tr, now)
+		return &ColdStartRefusal{Tier: tr.name, ColdStart: time.Duration(secondsToNs(q.pol.ColdStartSeconds))}
+	}
 	if tr.queued >= tr.bound {
 		return q.refuse(tr, ErrQueueFull, tr.queued, now)
 	}
@@ -167,6 +180,7 @@ func (q *Queue) newJobLocked(tenantID string, tr *tierState, now int64) *job {
 	j.ts, j.tr, j.enq, j.seq = ts, tr, now, q.seq
 	q.seq++
 	q.totals.Admitted++
+	q.noteOffered(tr, now)
 	return j
 }
 
@@ -194,6 +208,7 @@ func (q *Queue) refuse(tr *tierState, cause error, queuedInTier int, now int64) 
 	} else {
 		cause = ErrQueueFull
 		tr.refusedCapacity++
+		q.noteOffered(tr, now)
 	}
 	pos := queuedInTier + 1
 	return &Refusal{Cause: cause, Tier: tr.name, Position: pos, RetryAfter: q.retryAfter(tr, pos, now)}

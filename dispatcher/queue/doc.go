@@ -29,6 +29,16 @@
 //   - In local mode a request whose tenant is under its cap while a slot is
 //     free runs at once, even if its tier's queue is at its bound: the bound
 //     limits waiting, not running.
+//   - At zero slots a policy that holds for a cold start
+//     (policy.HoldsForColdStart) admits requests within the bounds and
+//     holds them as queued jobs with no slot; a tier with bound 0 is
+//     refused (*ColdStartRefusal). Without a cold start 0 slots refuse
+//     everything (ErrNoCapacity). The first policy with slots dispatches
+//     the held jobs in key order; until then they expire, are abandoned
+//     or drained like any queued job.
+//   - Each tier meters its offered load (offered.go): admitted requests
+//     and those refused for want of room, an exponentially weighted rate
+//     over about a minute, reported in Stats and the policy Ack.
 //
 // Fleet mode (WithGate): a gate.Gate makes the bounds, slots and tenant
 // limits exact across every dispatcher of a pool; queue order stays local.

@@ -46,6 +46,24 @@ func (r *Refusal) Error() string {
 
 func (r *Refusal) Unwrap() error { return r.Cause }
 
+// ColdStartRefusal is the error Admit returns while the pool is at zero
+// replicas and holds requests for its first replica (the policy holds for
+// a cold start), for a tier whose bound at zero is 0: its tolerable wait
+// does not outlast the cold start, so it is refused at once rather than
+// held. It wraps ErrNoCapacity (503 "unavailable"); get it with errors.As.
+type ColdStartRefusal struct {
+	Tier string
+	// ColdStart is the policy's coldStartSeconds: how long the first
+	// replica is expected to take.
+	ColdStart time.Duration
+}
+
+func (r *ColdStartRefusal) Error() string {
+	return fmt.Sprintf("%v: the pool is starting from zero replicas (cold start %s) and tier %q cannot wait that long", ErrNoCapacity, r.ColdStart, r.Tier)
+}
+
+func (r *ColdStartRefusal) Unwrap() error { return ErrNoCapacity }
+
 // CauseLabel is the refusal's cause: CauseCapacity or CauseTenantLimit.
 func (r *Refusal) CauseLabel() string { return causeLabel(r.Cause) }
 

@@ -127,6 +127,7 @@ type tierState struct {
 
 	dispatched, abandoned, expired, drained uint64
 	refusedCapacity, refusedTenant          uint64
+	offered                                 meter // requests that reached the tier
 
 	// drain-rate EWMA: a decayed dispatch count
 	drainCount    float64

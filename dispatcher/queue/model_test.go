@@ -20,6 +20,7 @@ type model struct {
 	hasPolicy   bool
 	draining    bool
 	slots       int
+	held        bool // 0 slots, holding for a cold start
 	rateNs      int64
 	timeoutNs   int64
 	defaultTier string
@@ -176,6 +177,7 @@ type admitResult struct {
 	err      error  // a sentinel
 	tier     string // the tier a refusal names
 	position int    // for refusals
+	cold     bool   // a *ColdStartRefusal (wrapping ErrNoCapacity)
 	job      *mJob  // when admitted
 }
 
@@ -190,7 +192,7 @@ func (m *model) admit(tenant, tier string, now int64) admitResult {
 	if tr == nil || tr.retired {
 		return admitResult{err: ErrUnknownTier}
 	}
-	if m.slots <= 0 {
+	if m.slots <= 0 && !m.held {
 		return admitResult{err: ErrNoCapacity}
 	}
 	_, known := m.tenantTier[tenant]
@@ -203,6 +205,9 @@ func (m *model) admit(tenant, tier string, now int64) admitResult {
 	}
 	if !m.gateMode && m.inFlight() < m.slots && (!known || m.tenantInFlight(tenant) < m.limit(tenant)) {
 		return admitResult{job: newJob(stDispatched)}
+	}
+	if m.held && tr.bound == 0 {
+		return admitResult{err: ErrNoCapacity, cold: true}
 	}
 	if n := m.tierQueued(tr); n >= tr.bound {
 		return admitResult{err: ErrQueueFull, tier: tr.name, position: n + 1}
@@ -281,6 +286,7 @@ func (m *model) update(p *policy.Policy, now int64) {
 	timeoutChanged := newTimeout != m.timeoutNs
 	m.hasPolicy = true
 	m.slots = p.Slots
+	m.held = p.HoldsForColdStart()
 	m.rateNs = secondsToNs(p.AgeingRate)
 	m.timeoutNs = newTimeout
 	m.defaultTier = p.DefaultTier

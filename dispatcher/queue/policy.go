@@ -20,6 +20,9 @@ func (q *Queue) UpdatePolicy(p *policy.Policy) {
 	q.mu.Lock()
 	defer q.unlock()
 	now := q.now()
+	if q.pol == nil {
+		q.offeredSince = now
+	}
 	newTimeout := secondsToNs(p.ClientTimeoutSeconds)
 	timeoutChanged := newTimeout != q.timeoutNs
 	rekey := q.applyScalars(p)

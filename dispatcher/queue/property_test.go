@@ -53,6 +53,15 @@ func genPolicy(o *ops, version int64) *policy.Policy {
 	}
 	if p.Slots > 0 {
 		p.Backends = []policy.Backend{{Address: "127.0.0.1:8000"}}
+	} else if c := o.next(); c%2 == 0 {
+		// A pool at zero holding for its first replica.
+		p.ColdStartSeconds = []float64{0.5, 3, 12}[int(c/2)%3]
+	}
+	// At 0 slots a bound may be 0: nothing held (no cold start), or a
+	// tier that cannot wait out the cold start.
+	minBound := 1
+	if p.Slots == 0 {
+		minBound = 0
 	}
 	mask := o.next()%15 + 1
 	for i, name := range tierNames {
@@ -63,7 +72,7 @@ func genPolicy(o *ops, version int64) *policy.Policy {
 			Name:                   name,
 			BasePriority:           int(o.next()%4) * 5,
 			TolerableWaitSeconds:   []float64{1, 5, 20}[o.next()%3],
-			QueueBound:             int(o.next()%6) + 1,
+			QueueBound:             int(o.next()%6) + minBound,
 			TenantConcurrencyLimit: int(o.next()%3) + 1,
 			TenantQueueLimit:       int(o.next()%4) + 1,
 		})
@@ -170,6 +179,10 @@ func (d *driver) step(o *ops) {
 		if !errors.Is(err, want.err) {
 			d.fail("Admit(%s, %s) = %v, model says %v", tenant, tier, err, want.err)
 		}
+		var cold *ColdStartRefusal
+		if isCold := errors.As(err, &cold); isCold != want.cold || (isCold && cold.Tier != tier) {
+			d.fail("Admit(%s, %s) = %v, model says cold-start refusal %v", tenant, tier, err, want.cold)
+		}
 		var r *Refusal
 		if want.position > 0 {
 			if !errors.As(err, &r) || r.Position != want.position || r.Tier != want.tier {
@@ -239,7 +252,8 @@ func (d *driver) step(o *ops) {
 		if err := p.Validate(); err != nil {
 			d.fail("generated an invalid policy: %v", err)
 		}
-		d.log = append(d.log, fmt.Sprintf("policy v%d slots %d rate %v timeout %v tiers %v tenants %v default %q", p.Version, p.Slots, p.AgeingRate, p.ClientTimeoutSeconds, p.Tiers, p.Tenants, p.DefaultTier))
+		d.log = append(d.log, fmt.Sprintf("policy v%d slots %d cold start %v rate %v timeout %v tiers %v tenants %v default %q",
+			p.Version, p.Slots, p.ColdStartSeconds, p.AgeingRate, p.ClientTimeoutSeconds, p.Tiers, p.Tenants, p.DefaultTier))
 		d.m.update(p, d.now())
 		d.q.UpdatePolicy(p)
 	case 10: // clock advance

@@ -76,6 +76,10 @@ type Queue struct {
 	doubleReleases uint64
 	totals         Totals
 
+	// offeredSince is when the first policy came: the start of the span
+	// the offered-load rates are read over (offered.go).
+	offeredSince int64
+
 	fleet fleetState
 
 	onDispatch func(*Handle) // set by tests only (export_test.go); called under mu

@@ -7,16 +7,23 @@ import (
 
 // retryAfter estimates when position pos will have drained: pos divided by
 // the tier's measured drain rate, or the policy's service rate until one is
-// measured; whole seconds rounded up, clamped to [1s, W].
+// measured; whole seconds rounded up, clamped to [1s, W]. While held at
+// zero slots the first replica is a cold start away and the measured rate
+// is that of replicas that are gone: the cold start plus pos at the
+// policy's rate (the first replica's share).
 func (q *Queue) retryAfter(tr *tierState, pos int, now int64) time.Duration {
 	upper := max(int64(tr.w/time.Second), 1)
 	rate, ok := q.drainRate(tr, now)
+	var wait float64
+	if q.slots <= 0 {
+		rate, ok, wait = q.serviceRate, true, q.pol.ColdStartSeconds
+	}
 	if !ok {
 		rate = q.serviceRate
 	}
 	secs := upper
 	if rate > 0 {
-		est := math.Ceil(float64(pos) / rate)
+		est := math.Ceil(wait + float64(pos)/rate)
 		if est < float64(upper) {
 			secs = int64(est)
 		}

@@ -44,7 +44,11 @@ type TierStats struct {
 	InFlight      int
 	OldestAge     time.Duration
 	// DrainRate is dispatches/s from this tier (EWMA); 0 until measured.
-	DrainRate                               float64
+	DrainRate float64
+	// OfferedLoad is requests/s that reached this tier, averaged over
+	// about a minute: admitted, refused for capacity, or refused because
+	// the pool had no slots (offered.go).
+	OfferedLoad                             float64
 	Dispatched, Abandoned, Expired, Drained uint64
 	// Refused counts refusals by cause: "capacity", "tenant_limit".
 	Refused map[string]uint64
@@ -93,6 +97,7 @@ func (q *Queue) Stats() Stats {
 		if r, ok := q.drainRate(tr, now); ok {
 			ts.DrainRate = r
 		}
+		ts.OfferedLoad = tr.offered.rate(now, q.offeredSince)
 		s.Tiers[name] = ts
 	}
 	for id, tn := range q.tenants {
@@ -109,6 +114,7 @@ func (s Stats) Measured() policy.Measured {
 	m := policy.Measured{
 		ServiceTimeSeconds: s.ServiceTime.Seconds(),
 		Completed:          int64(s.Served),
+		Queued:             int64(s.Queued),
 	}
 	for name, t := range s.Tiers {
 		if t.DrainRate > 0 {
@@ -116,6 +122,12 @@ func (s Stats) Measured() policy.Measured {
 				m.DrainRates = map[string]float64{}
 			}
 			m.DrainRates[name] = t.DrainRate
+		}
+		if t.OfferedLoad > 0 {
+			if m.OfferedLoad == nil {
+				m.OfferedLoad = map[string]float64{}
+			}
+			m.OfferedLoad[name] = t.OfferedLoad
 		}
 	}
 	return m

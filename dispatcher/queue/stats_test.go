@@ -1,10 +1,12 @@
 package queue
 
 import (
+	"math"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 )
 
 func TestStatsSnapshot(t *testing.T) {
@@ -33,18 +35,28 @@ func TestStatsSnapshot(t *testing.T) {
 		ts.DrainRate = 0
 		s.Tiers[tier] = ts
 	}
+	// Offered load over the 5s since the policy, with τ = 60s: each
+	// arrival weighs e^(−age/τ), over τ(1 − e^(−5s/τ)).
+	offered := func(ages ...float64) float64 {
+		var c float64
+		for _, a := range ages {
+			c += math.Exp(-a / 60)
+		}
+		return c / (60 * (1 - math.Exp(-5.0/60)))
+	}
 	want := Stats{
 		Slots: 2, InFlight: 2, Queued: 3,
 		TenantInFlight: map[string]int{"a": 1, "b": 1},
 		PolicyVersion:  1,
 		Totals:         Totals{Admitted: 5, Dispatched: 2},
 		Tiers: map[string]TierStats{
-			"premium":  {Bound: 20, InFlight: 1, Dispatched: 1, Refused: map[string]uint64{"capacity": 0, "tenant_limit": 0}},
-			"standard": {Bound: 80, InFlight: 1, Dispatched: 1, Refused: map[string]uint64{"capacity": 0, "tenant_limit": 0}},
-			"free":     {Queued: 3, Bound: 120, OldestAge: 5 * time.Second, Refused: map[string]uint64{"capacity": 0, "tenant_limit": 0}},
+			"premium":  {Bound: 20, InFlight: 1, Dispatched: 1, OfferedLoad: offered(5), Refused: map[string]uint64{"capacity": 0, "tenant_limit": 0}},
+			"standard": {Bound: 80, InFlight: 1, Dispatched: 1, OfferedLoad: offered(5), Refused: map[string]uint64{"capacity": 0, "tenant_limit": 0}},
+			"free": {Queued: 3, Bound: 120, OldestAge: 5 * time.Second, OfferedLoad: offered(5, 2, 0),
+				Refused: map[string]uint64{"capacity": 0, "tenant_limit": 0}},
 		},
 	}
-	if diff := cmp.Diff(want, s); diff != "" {
+	if diff := cmp.Diff(want, s, cmpopts.EquateApprox(1e-12, 0)); diff != "" {
 		t.Errorf("Stats (-want +got):\n%s", diff)
 	}
 	clk.Step(time.Second)

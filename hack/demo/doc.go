@@ -12,8 +12,13 @@
 // premium tenants, standard tenants, an openai-go client that honours
 // Retry-After, a free-tier flood), shows a per-tier table every second,
 // scales the pool 6→3→6 by patching the Deployment status (and marking
-// model pods NotReady/Ready), and writes demo-report/: README.md,
-// summary.json and PNG charts rendered with gonum/plot.
+// model pods NotReady/Ready). Then a scale-from-zero phase (zero.go): the
+// pool gets spec.coldStart, a lighter load runs, the pool goes to 0 ready
+// replicas (the dispatchers hold what the bounds at zero allow and refuse
+// premium at once), the first replica comes a cold start later and the
+// rest after it. It writes demo-report/: README.md, summary.json and PNG
+// charts rendered with gonum/plot, the phase's own among them
+// (zero_report.go).
 //
 // Every child runs in its own process group (and gets SIGKILL if the demo
 // dies, through PR_SET_PDEATHSIG); the demo stops them all on exit, on
@@ -26,7 +31,8 @@
 // goroutine per request), one goroutine per openai-go worker, one observer
 // goroutine scrapes the dispatchers every second, one kubelet goroutine
 // probes pods and writes their Ready condition, and the main goroutine runs
-// the scale schedule and redraws the table. Shared state (the request
+// the scale schedule and redraws the table; the scale-from-zero phase
+// runs the same way afterwards, with its own load, recorder and observer. Shared state (the request
 // records, the observer's samples, the event log, the process list) is
 // guarded by one mutex per owner; nothing else is shared.
 package main

@@ -145,6 +145,7 @@ type demo struct {
 	final   *finalState
 	started time.Time // of the load
 	ended   time.Duration
+	zero    *zeroRun // the scale-from-zero phase, once it began
 }
 
 func (d *demo) supervisor() *supervisor {
@@ -232,7 +233,10 @@ func (d *demo) run(ctx context.Context) (err error) {
 	if out, err := k.kubectl(ctx, "-n", d.pool.Namespace, "get", "modelpools,servicetiers"); err == nil {
 		d.ui.logf("what the controller computed (kubectl get modelpools,servicetiers):\n%s", indent(out))
 	}
-	return d.load(ctx)
+	if err := d.load(ctx); err != nil {
+		return err
+	}
+	return d.zeroPhase(ctx)
 }
 
 func indent(s string) string {

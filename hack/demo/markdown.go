@@ -104,6 +104,10 @@ func markdown(s *summary, kubectlGet string) string {
 	}
 	w("%d retries followed answers without the header (the client's own backoff).\n", o.OtherRetries)
 
+	if s.Zero != nil {
+		b.WriteString(zeroMarkdown(s.Zero))
+	}
+
 	w("\n## Charts\n\n")
 	w("![Queue wait per tier over time](%s)\n\n![Refusals by cause over time](%s)\n\n![Queue length and bound per tier over time](%s)\n", chartWaits, chartRefusals, chartQueueBound)
 

@@ -138,8 +138,22 @@ func (d *demo) view() tableView {
 // replicas are ready. The dispatchers' bounds follow through the
 // controller, which follow() measures.
 func (d *demo) scale(ctx context.Context, step scaleStep) {
-	at := d.rec.since()
-	before, _ := d.obs.latest()
+	d.scaleOn(ctx, timeline{rec: d.rec, obs: d.obs, events: &d.events}, step)
+}
+
+// timeline is where a phase's scale events go: its clock (the recorder's
+// start) and its list of events, guarded by d.mu.
+type timeline struct {
+	rec    *recorder
+	obs    *observer
+	events *[]*scaleEvent
+}
+
+// scaleOn is scale on a phase's timeline; it returns the event, which the
+// follow goroutine completes.
+func (d *demo) scaleOn(ctx context.Context, tl timeline, step scaleStep) *scaleEvent {
+	at := tl.rec.since()
+	before, _ := tl.obs.latest()
 	ev := &scaleEvent{
 		AtSeconds: at.Seconds(), From: d.ready, To: step.Replicas,
 		SlotsBefore: before.Slots, BoundsBefore: bounds(before), TenantLimitsBefore: tenantLimits(before),
@@ -168,16 +182,17 @@ func (d *demo) scale(ctx context.Context, step scaleStep) {
 	}
 	d.ready = step.Replicas
 	d.mu.Lock()
-	d.events = append(d.events, ev)
+	*tl.events = append(*tl.events, ev)
 	d.mu.Unlock()
 	d.follows.Add(1)
-	go func() { defer d.follows.Done(); d.follow(ctx, ev, at) }()
+	go func() { defer d.follows.Done(); d.follow(ctx, tl.rec, ev, at) }()
+	return ev
 }
 
 // follow measures how long the dispatchers take to hold the new pool's
 // slots, records their bounds then, and waits for the ServiceTier status
 // to show the same bounds.
-func (d *demo) follow(ctx context.Context, ev *scaleEvent, at time.Duration) {
+func (d *demo) follow(ctx context.Context, rec *recorder, ev *scaleEvent, at time.Duration) {
 	want := int(ev.To) * d.pool.PerReplica
 	deadline := time.Now().Add(30 * time.Second)
 	var after map[string]int
@@ -185,12 +200,15 @@ func (d *demo) follow(ctx context.Context, ev *scaleEvent, at time.Duration) {
 	for time.Now().Before(deadline) && ctx.Err() == nil {
 		var ok bool
 		slots, after, ok = d.quickStats(ctx)
-		if ok && slots == want {
+		// At zero the policy to wait for is the held one: pods going
+		// NotReady before the Deployment's status may briefly leave the
+		// dispatchers with no backend, and so no slot, at the old bounds.
+		if ok && slots == want && (ev.To > 0 || d.holdingNow(ctx)) {
 			break
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	lag := d.rec.since() - at
+	lag := rec.since() - at
 	limits := d.tenantLimitsNow(ctx)
 	d.mu.Lock()
 	ev.SlotsAfter, ev.BoundsAfter, ev.TenantLimitsAfter = slots, after, limits
@@ -199,19 +217,19 @@ func (d *demo) follow(ctx context.Context, ev *scaleEvent, at time.Duration) {
 	d.mu.Unlock()
 	order := tierOrder(d.plan)
 	if slots != want {
-		d.ui.event(d.rec.since(), "the dispatchers did not reach %d slots within 30s (they hold %d)", want, slots)
+		d.ui.event(rec.since(), "the dispatchers did not reach %d slots within 30s (they hold %d)", want, slots)
 		return
 	}
 	var changes []string
 	for _, t := range order {
 		changes = append(changes, fmt.Sprintf("%s %d→%d", t, ev.BoundsBefore[t], after[t]))
 	}
-	d.ui.event(d.rec.since(), "bounds followed %.2fs after the patch: slots %d→%d; queue bounds %s", lag.Seconds(), ev.SlotsBefore, slots, strings.Join(changes, ", "))
+	d.ui.event(rec.since(), "bounds followed %.2fs after the patch: slots %d→%d; queue bounds %s", lag.Seconds(), ev.SlotsBefore, slots, strings.Join(changes, ", "))
 
 	// The controller's status shows the same numbers (the pool-wide bound
 	// is the sum of the dispatchers' equal shares here).
 	for time.Now().Before(deadline) && ctx.Err() == nil {
-		if d.tierStatusMatches(ctx, after) {
+		if d.tierStatusMatches(ctx, after) || d.tierStatusIsPoolWide(ctx, ev.To) {
 			d.mu.Lock()
 			ev.StatusFollowed = true
 			d.mu.Unlock()

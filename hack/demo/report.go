@@ -53,6 +53,9 @@ type summary struct {
 	Jobs     queue.Totals `json:"jobs"`
 	JobsIdle bool         `json:"jobsIdle"`
 	Charts   []string     `json:"charts"`
+	// Zero is the scale-from-zero phase after the main load; the rest of
+	// the summary is the main load's alone.
+	Zero *zeroSummary `json:"zero,omitempty"`
 }
 
 // tierSummary is one tier, client-side (every HTTP request, openai-go
@@ -256,6 +259,7 @@ func (d *demo) summarize(runErr error) *summary {
 	d.rec.mu.Unlock()
 	s.Phases = phases(order, events, d.pool.Replicas, d.sched.Load, recs, waits)
 	s.OpenAI = summarizeOpenAI(d.plan, calls)
+	s.Zero = d.summarizeZero()
 	return s
 }
 
@@ -364,6 +368,15 @@ func (d *demo) writeReport(runErr error) error {
 		{chartRefusals, func(p string) error { return drawRefusals(p, s, recs) }},
 		{chartQueueBound, func(p string) error { return drawQueues(p, s, d.obs.all(), tierOrder(d.plan)) }},
 	}
+	if s.Zero != nil {
+		zrecs, zwaits, _ := d.zero.rec.snapshot()
+		charts = append(charts, struct {
+			file string
+			draw func(string) error
+		}{chartZero, func(p string) error {
+			return drawZero(p, s.Zero, d.zero.obs.all(), zrecs, zwaits, tierOrder(d.zero.plan))
+		}})
+	}
 	var errs []error
 	for _, c := range charts {
 		if err := c.draw(filepath.Join(dir, c.file)); err != nil {
@@ -389,6 +402,13 @@ func (d *demo) writeReport(runErr error) error {
 	d.ui.logf("report written to %s (README.md, summary.json, %s)", dir, strings.Join(s.Charts, ", "))
 	for _, t := range s.Tiers {
 		d.ui.logf("  %-8s requests %5d  served %5d  refused %5d %v  wait p50 %.1fs p95 %.1fs", t.Tier, t.Requests, t.Served, t.Refused, causes(t.RefusedByCause), t.WaitP50, t.WaitP95)
+	}
+	if z := s.Zero; z != nil {
+		d.ui.logf("scale from zero (cold start %s): held %d, served after the cold start %d, refused at once %d; desiredReplicas reached %d",
+			secondsD(z.ColdStartSeconds), z.Held, z.Served, z.Refused, z.DesiredReplicas)
+		for _, t := range z.Tiers {
+			d.ui.logf("  %-8s %s", t.Tier, zeroTierWords(t, z.ColdStartSeconds))
+		}
 	}
 	return errors.Join(errs...)
 }

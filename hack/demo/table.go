@@ -109,12 +109,17 @@ type tableView struct {
 	Events           []string
 	ServiceTime      string
 	WaitWindow       time.Duration
+	// Phase names a phase after the main load ("" for the main load).
+	Phase string
 }
 
 // renderTable draws the live table. Pure, so it is tested on its own.
 func renderTable(v tableView) string {
 	var b strings.Builder
 	phase := "load"
+	if v.Phase != "" {
+		phase = v.Phase + " load"
+	}
 	if v.Now >= v.Load {
 		phase = fmt.Sprintf("load ended; outstanding requests may finish until %s", clock(v.Load+v.Grace))
 	}

@@ -68,6 +68,47 @@ type summary struct {
 		RetriesAfterHeader int `json:"retriesAfterRetryAfter"`
 		Honoured           int `json:"honoured"`
 	} `json:"openai"`
+	Zero *zeroSummary `json:"zero"`
+}
+
+// zeroSummary is the scale-from-zero phase of summary.json.
+type zeroSummary struct {
+	ColdStartSeconds float64 `json:"coldStartSeconds"`
+	HeldFromSeconds  float64 `json:"heldFromSeconds"`
+	HeldToSeconds    float64 `json:"heldToSeconds"`
+	DesiredReplicas  int32   `json:"desiredReplicas"`
+	Held             int     `json:"held"`
+	Served           int     `json:"served"`
+	Refused          int     `json:"refused"`
+	Tiers            []struct {
+		Tier           string         `json:"tier"`
+		BoundAtZero    int            `json:"boundAtZero"`
+		MaxWaitAtZero  float64        `json:"maxWaitAtZeroSeconds"`
+		Sent           int            `json:"sent"`
+		Held           int            `json:"held"`
+		Served         int            `json:"served"`
+		Expired        int            `json:"expired"`
+		Refused        int            `json:"refused"`
+		RefusedByCause map[string]int `json:"refusedByCause"`
+		RetryAfter     int            `json:"retryAfterSeconds"`
+		WaitMin        float64        `json:"waitMinSeconds"`
+		WaitMax        float64        `json:"waitMaxSeconds"`
+		UntilReplica   float64        `json:"untilReplicaMaxSeconds"`
+		WithinMaxWait  bool           `json:"withinMaxWait"`
+	} `json:"tiers"`
+	ScaleEvents []struct {
+		From           int32          `json:"from"`
+		To             int32          `json:"to"`
+		SlotsAfter     int            `json:"slotsAfter"`
+		BoundsAfter    map[string]int `json:"boundsAfter"`
+		Followed       bool           `json:"followed"`
+		StatusFollowed bool           `json:"statusFollowed"`
+	} `json:"scaleEvents"`
+	ServiceTiers string `json:"serviceTiersAtZero"`
+	Jobs         struct {
+		Admitted, Dispatched, Abandoned, Expired, Drained uint64
+		Idle                                              bool
+	} `json:"jobs"`
 }
 
 func readSummary(t *testing.T, dir string) summary {
@@ -204,8 +245,63 @@ func TestShortDemo(t *testing.T) {
 		t.Errorf("scale events at %.1fs and %.1fs, want about 10s and 20s", e[0].AtSeconds, e[1].AtSeconds)
 	}
 
+	checkZero(t, s.Zero)
 	checkMarkdown(t, r.report, s)
 	checkCharts(t, r.report, s.Charts)
+}
+
+// checkZero checks the scale-from-zero phase: the pool at 0 with a cold
+// start of 8s held standard and free within their bounds at zero (8 and
+// 14 pool-wide: ⌊2/3 × (20s − 8s)⌋ and ⌊2/3 × (30s − 8s)⌋), refused
+// premium at once with Retry-After 8, and served every held request
+// after the first replica came, within the maxWait at zero.
+func checkZero(t *testing.T, z *zeroSummary) {
+	t.Helper()
+	if z == nil {
+		t.Fatal("summary.json has no scale-from-zero phase")
+	}
+	var steps []string
+	for _, e := range z.ScaleEvents {
+		steps = append(steps, fmt.Sprintf("%d→%d slots %d followed %v status %v", e.From, e.To, e.SlotsAfter, e.Followed, e.StatusFollowed))
+	}
+	want := []string{"6→0 slots 0 followed true status true", "0→1 slots 4 followed true status true", "1→6 slots 24 followed true status true"}
+	if diff := cmp.Diff(want, steps); diff != "" {
+		t.Errorf("scale events of the phase (-want +got):\n%s", diff)
+	}
+	if z.ColdStartSeconds != 8 || z.HeldToSeconds <= z.HeldFromSeconds || z.HeldToSeconds-z.HeldFromSeconds > 10 {
+		t.Errorf("held from %.2fs to %.2fs with a cold start of %vs", z.HeldFromSeconds, z.HeldToSeconds, z.ColdStartSeconds)
+	}
+	if z.Held == 0 || z.Served == 0 || z.Refused == 0 || z.DesiredReplicas < 1 {
+		t.Errorf("held %d, served %d, refused %d, desiredReplicas %d: want all > 0", z.Held, z.Served, z.Refused, z.DesiredReplicas)
+	}
+	atZero := map[string]string{}
+	for _, tier := range z.Tiers {
+		atZero[tier.Tier] = fmt.Sprintf("bound %d maxWait %v", tier.BoundAtZero, tier.MaxWaitAtZero)
+		if tier.BoundAtZero == 0 {
+			if n := tier.RefusedByCause["unavailable"]; n == 0 || n != tier.Sent || tier.RetryAfter != 8 || tier.Held != 0 {
+				t.Errorf("tier %s at zero: %d sent, %d held, 503s %d with Retry-After %d; want every one refused at once after 8s", tier.Tier, tier.Sent, tier.Held, n, tier.RetryAfter)
+			}
+			continue
+		}
+		if tier.Held == 0 || tier.Served != tier.Held-tier.Expired || tier.Expired != 0 || !tier.WithinMaxWait {
+			t.Errorf("tier %s at zero: held %d served %d expired %d within maxWait %v", tier.Tier, tier.Held, tier.Served, tier.Expired, tier.WithinMaxWait)
+		}
+		// Held until the first replica's policy at least, and no longer
+		// than their maxWait at zero.
+		if tier.WaitMax > tier.MaxWaitAtZero || tier.WaitMax < tier.UntilReplica-0.5 || tier.WaitMin <= 0 {
+			t.Errorf("tier %s: held waits %.2fs to %.2fs, the first replica %.2fs away at most, maxWait at zero %vs", tier.Tier, tier.WaitMin, tier.WaitMax, tier.UntilReplica, tier.MaxWaitAtZero)
+		}
+	}
+	wantAtZero := map[string]string{"premium": "bound 0 maxWait -1", "standard": "bound 8 maxWait 107", "free": "bound 14 maxWait 167"}
+	if diff := cmp.Diff(wantAtZero, atZero); diff != "" {
+		t.Errorf("ServiceTiers at zero (-want +got):\n%s", diff)
+	}
+	if !strings.Contains(z.ServiceTiers, "BOUND") {
+		t.Errorf("no kubectl get servicetiers at zero: %q", z.ServiceTiers)
+	}
+	if j := z.Jobs; !j.Idle || j.Admitted == 0 || j.Admitted != j.Dispatched+j.Abandoned+j.Expired+j.Drained {
+		t.Errorf("the phase's queue totals %+v", j)
+	}
 }
 
 func checkMarkdown(t *testing.T, dir string, s summary) {
@@ -215,7 +311,7 @@ func checkMarkdown(t *testing.T, dir string, s summary) {
 		t.Fatal(err)
 	}
 	md := string(b)
-	wants := []string{"# tiergate demo report", "## What the numbers show", "## Scale events", "## The openai-go client",
+	wants := []string{"# tiergate demo report", "## What the numbers show", "## Scale events", "## The openai-go client", "## Scale from zero and back",
 		"### 00:10", "### 00:20", "AgeingHorizonExceedsClientTimeout"}
 	for _, tier := range s.Tiers {
 		// The per-tier row carries the summary's numbers.
@@ -233,7 +329,7 @@ func checkMarkdown(t *testing.T, dir string, s summary) {
 
 func checkCharts(t *testing.T, dir string, charts []string) {
 	t.Helper()
-	if diff := cmp.Diff([]string{"queue-wait.png", "refusals.png", "queue-and-bounds.png"}, charts); diff != "" {
+	if diff := cmp.Diff([]string{"queue-wait.png", "refusals.png", "queue-and-bounds.png", "scale-from-zero.png"}, charts); diff != "" {
 		t.Errorf("charts (-want +got):\n%s", diff)
 	}
 	for _, c := range charts {
