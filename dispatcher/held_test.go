@@ -24,13 +24,15 @@ import (
 )
 
 // heldPol is pol at zero replicas, holding for a first replica 12s away:
-// tier "fast" (W 5s) cannot wait that long and has bound 0, "free" holds 2.
+// tier "fast" (W 5s, tenant "f") cannot wait that long and has bound 0,
+// "free" (the default tier) holds 2.
 func heldPol(version int64) *policy.Policy {
 	p := pol(version, 0)
 	p.Backends = nil
 	p.ColdStartSeconds = 12
 	p.Tiers[0].TolerableWaitSeconds = 30
 	p.Tiers = append(p.Tiers, policy.Tier{Name: "fast", TolerableWaitSeconds: 5, QueueBound: 0, TenantConcurrencyLimit: 1, TenantQueueLimit: 1})
+	p.Tenants = append(p.Tenants, policy.Tenant{ID: "f", Tier: "fast"})
 	return p
 }
 
@@ -64,7 +66,7 @@ func TestAckReportsOfferedLoadAndHeld(t *testing.T) {
 	if _, err := d.q.Admit("c", "free"); !errors.Is(err, queue.ErrQueueFull) {
 		t.Fatalf("past free's bound at zero: %v", err)
 	}
-	if _, err := d.q.Admit("c", "fast"); !errors.As(err, new(*queue.ColdStartRefusal)) {
+	if _, err := d.q.Admit("f", "fast"); !errors.As(err, new(*queue.ColdStartRefusal)) {
 		t.Fatalf("fast at zero: %v", err)
 	}
 	ack, err = d.Apply(heldPol(1)) // a resync

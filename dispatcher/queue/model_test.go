@@ -207,7 +207,7 @@ func (m *model) admit(tenant, tier string, now int64) admitResult {
 		return admitResult{job: newJob(stDispatched)}
 	}
 	if m.held && tr.bound == 0 {
-		return admitResult{err: ErrNoCapacity, cold: true}
+		return admitResult{err: ErrNoCapacity, cold: true, tier: tr.name}
 	}
 	if n := m.tierQueued(tr); n >= tr.bound {
 		return admitResult{err: ErrQueueFull, tier: tr.name, position: n + 1}

@@ -180,7 +180,7 @@ func (d *driver) step(o *ops) {
 			d.fail("Admit(%s, %s) = %v, model says %v", tenant, tier, err, want.err)
 		}
 		var cold *ColdStartRefusal
-		if isCold := errors.As(err, &cold); isCold != want.cold || (isCold && cold.Tier != tier) {
+		if isCold := errors.As(err, &cold); isCold != want.cold || (isCold && cold.Tier != want.tier) {
 			d.fail("Admit(%s, %s) = %v, model says cold-start refusal %v", tenant, tier, err, want.cold)
 		}
 		var r *Refusal
