@@ -19,8 +19,8 @@ type tierState struct {
 	// heldMax is the longest wait of a request held at zero, heldStated
 	// the tier's maxWait at zero (0: refused there); zero.go.
 	heldMax, heldStated time.Duration
-	res      *TierResult
-	ser      *series
+	res                 *TierResult
+	ser                 *series
 }
 
 // count adds to a figure of the tenant and of its tier, if now is inside

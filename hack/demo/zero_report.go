@@ -126,7 +126,7 @@ func (d *demo) summarizeZero() *zeroSummary {
 		if st, ok := z.atZero[t]; ok {
 			zt.BoundAtZero, zt.MaxWaitAtZero = int(st.QueueBound), -1
 			if st.MaxWait != nil {
-				zt.MaxWaitAtZero = st.MaxWait.Duration.Seconds()
+				zt.MaxWaitAtZero = st.MaxWait.Seconds()
 			}
 		}
 		zt.WithinMaxWait = zt.Served == 0 || (zt.MaxWaitAtZero > 0 && zt.WaitMax <= zt.MaxWaitAtZero)
