@@ -6,8 +6,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 	"time"
 
@@ -15,6 +17,7 @@ import (
 	"github.com/go-logr/logr/funcr"
 
 	"github.com/tiergate/tiergate/dispatcher"
+	"github.com/tiergate/tiergate/dispatcher/budget"
 	"github.com/tiergate/tiergate/dispatcher/fleet"
 	"github.com/tiergate/tiergate/dispatcher/server"
 )
@@ -34,6 +37,8 @@ func runDispatcher(args []string, stdout, stderr io.Writer) int {
 	fleet.AddFlags(fs, &fleetCfg) // --state, --redis-password-file, --redis-ca-file, --state-lease-ttl, --state-renew-interval
 	drainTimeout := fs.Duration("drain-timeout", dispatcher.DefaultDrainTimeout, "on SIGTERM, how long queued requests may still be dispatched before they get 503")
 	maxBody := fs.Int64("max-body-bytes", server.DefaultMaxBodyBytes, "largest request body; larger gets 413")
+	maxQueued := fs.Int64("max-queued-bytes", 0, "memory budget of the request bodies being read and queued; a request whose body would exceed it gets 503 overloaded. 0: a quarter of the smallest known memory limit (GOMEMLIMIT, --memory-limit, the cgroup's), else 256 MiB")
+	memLimit := fs.Int64("memory-limit", 0, "the container's memory limit in bytes (the chart passes limits.memory); 0: read the cgroup's. Without GOMEMLIMIT the Go runtime's soft limit is set to 90% of the smallest limit known")
 	bodyTimeout := fs.Duration("body-timeout", server.DefaultBodyTimeout, "longest time to receive a request body; slower gets 408")
 	readHeaderTimeout := fs.Duration("read-header-timeout", 10*time.Second, "longest time to receive a request's headers (against slowloris clients)")
 	verbosity := fs.Int("v", 0, "log verbosity: 0 lifecycle and errors, 1 also per-request failures")
@@ -65,12 +70,14 @@ func runDispatcher(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 
+	queued := queuedBytes(*maxQueued, *memLimit, log)
+
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 
 	d, err := dispatcher.New(dispatcher.Config{
 		Listen: *listen, AdminListen: *adminListen, AdminToken: token, PolicyFile: *policyFile,
-		DrainTimeout: *drainTimeout, MaxBodyBytes: *maxBody, BodyTimeout: *bodyTimeout,
+		DrainTimeout: *drainTimeout, MaxBodyBytes: *maxBody, BodyTimeout: *bodyTimeout, MaxQueuedBytes: queued,
 		ReadHeaderTimeout: *readHeaderTimeout, Fleet: fleetCfg, Log: log,
 	})
 	if err != nil {
@@ -82,6 +89,28 @@ func runDispatcher(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// queuedBytes is the body budget: flagged when not 0, else derived from the
+// memory limits known (budget.Default). Without GOMEMLIMIT it also sets
+// the runtime's soft memory limit from the other limits, so the collector
+// works harder before the kernel would kill the process.
+func queuedBytes(flagged, container int64, log logr.Logger) int64 {
+	lim := budget.Limits{Container: container, Cgroup: budget.CgroupLimit(os.DirFS("/"))}
+	if g := debug.SetMemoryLimit(-1); g != math.MaxInt64 {
+		lim.GoMemLimit = g
+	}
+	if soft := budget.SoftLimit(lim); soft > 0 {
+		debug.SetMemoryLimit(soft)
+		log.Info("set the Go soft memory limit", "bytes", soft, "limit", budget.FormatBytes(soft))
+	}
+	if flagged != 0 { // a negative one is refused by the configuration's check
+		log.Info("queued body budget", "bytes", flagged, "from", "--max-queued-bytes")
+		return flagged
+	}
+	n, why := budget.Default(lim)
+	log.Info("queued body budget", "bytes", n, "from", why)
+	return n
 }
 
 // newLogger builds the dispatcher's logr.Logger on w.

@@ -17,6 +17,7 @@ import (
 
 	"github.com/tiergate/tiergate/dispatcher/admin"
 	"github.com/tiergate/tiergate/dispatcher/balancer"
+	"github.com/tiergate/tiergate/dispatcher/budget"
 	"github.com/tiergate/tiergate/dispatcher/fleet"
 	"github.com/tiergate/tiergate/dispatcher/metrics"
 	"github.com/tiergate/tiergate/dispatcher/policy"
@@ -41,6 +42,10 @@ type Config struct {
 	DrainTimeout time.Duration
 	MaxBodyBytes int64         // default 4 MiB
 	BodyTimeout  time.Duration // default 30s
+	// MaxQueuedBytes is the memory budget of the request bodies being read
+	// and queued (default 256 MiB; the command derives it from the memory
+	// limit). It must be at least MaxBodyBytes.
+	MaxQueuedBytes int64
 	// Server timeouts against slow clients. WriteTimeout is not set: a
 	// streamed generation may legitimately take minutes.
 	ReadHeaderTimeout time.Duration // default 10s
@@ -78,6 +83,9 @@ func (c *Config) defaults() {
 	if c.BodyTimeout == 0 {
 		c.BodyTimeout = server.DefaultBodyTimeout
 	}
+	if c.MaxQueuedBytes == 0 {
+		c.MaxQueuedBytes = server.DefaultMaxQueuedBytes
+	}
 	if c.ReadHeaderTimeout == 0 {
 		c.ReadHeaderTimeout = 10 * time.Second
 	}
@@ -106,6 +114,10 @@ func (c *Config) validate() error {
 	}
 	if c.MaxBodyBytes < 0 {
 		errs = append(errs, fmt.Errorf("--max-body-bytes must be > 0, got %d", c.MaxBodyBytes))
+	}
+	if c.MaxQueuedBytes < c.MaxBodyBytes {
+		errs = append(errs, fmt.Errorf("--max-queued-bytes (%s) must be at least --max-body-bytes (%s): a body of the largest size would never fit",
+			budget.FormatBytes(c.MaxQueuedBytes), budget.FormatBytes(c.MaxBodyBytes)))
 	}
 	if c.BodyTimeout < 0 || c.ReadHeaderTimeout < 0 || c.IdleTimeout < 0 {
 		errs = append(errs, errors.New("server timeouts must be > 0"))
@@ -164,7 +176,8 @@ func (d *Dispatcher) build() error {
 	}
 	d.m = m
 	d.srv, err = server.New(server.Config{
-		MaxBodyBytes: cfg.MaxBodyBytes, BodyTimeout: cfg.BodyTimeout, Transport: cfg.Transport, Log: cfg.Log.WithName("data"),
+		MaxBodyBytes: cfg.MaxBodyBytes, BodyTimeout: cfg.BodyTimeout, MaxQueuedBytes: cfg.MaxQueuedBytes,
+		Transport: cfg.Transport, Log: cfg.Log.WithName("data"),
 	}, d.q, d.bal, d.m)
 	if err != nil {
 		return err
@@ -210,11 +223,17 @@ type Stats struct {
 	// Active counts requests inside the data path (queued or in flight).
 	Active   int64 `json:"active"`
 	Draining bool  `json:"draining"`
+	// QueuedBodyBytes is what the bodies being read or queued hold of
+	// QueuedBodyBudget (--max-queued-bytes).
+	QueuedBodyBytes  int64 `json:"queuedBodyBytes"`
+	QueuedBodyBudget int64 `json:"queuedBodyBudget"`
 }
 
 // Stats snapshots the dispatcher.
 func (d *Dispatcher) Stats() any {
-	return Stats{Queue: d.q.Stats(), Backends: d.bal.Snapshot(), Active: d.srv.Active(), Draining: d.srv.Draining()}
+	held, limit := d.srv.Bodies()
+	return Stats{Queue: d.q.Stats(), Backends: d.bal.Snapshot(), Active: d.srv.Active(), Draining: d.srv.Draining(),
+		QueuedBodyBytes: held, QueuedBodyBudget: limit}
 }
 
 // Ready is true with a policy and not draining.
@@ -246,6 +265,7 @@ func (d *Dispatcher) levels() metrics.Snapshot {
 	for _, l := range d.bal.Snapshot() {
 		s.Backends[l.Address] = l.Outstanding
 	}
+	s.BodyBytes, s.BodyBudget = d.srv.Bodies()
 	return s
 }
 

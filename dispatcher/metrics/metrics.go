@@ -34,6 +34,9 @@ type Snapshot struct {
 	Tiers           map[string]TierLevel
 	// Backends maps address to outstanding requests.
 	Backends map[string]int64
+	// BodyBytes is what the bodies being read and queued hold of the
+	// BodyBudget (--max-queued-bytes).
+	BodyBytes, BodyBudget int64
 }
 
 // Metrics holds the dispatcher's metrics.
@@ -47,6 +50,7 @@ type Metrics struct {
 	snapshot func() Snapshot
 
 	queueLength, queueBound, oldestAge, inflight, slots, utilisation, backendInflight, policyVersion *prometheus.Desc
+	bodyBytes, bodyBudget                                                                            *prometheus.Desc
 
 	mu    sync.Mutex
 	pool  string
@@ -88,6 +92,8 @@ func New(reg prometheus.Registerer, snapshot func() Snapshot) (*Metrics, error) 
 		utilisation:     prometheus.NewDesc("tiergate_utilisation", "inflight / slots; 0 with no slots.", []string{"pool"}, nil),
 		backendInflight: prometheus.NewDesc("tiergate_backend_inflight", "Requests outstanding at each backend (queued requests excluded).", []string{"pool", "backend"}, nil),
 		policyVersion:   prometheus.NewDesc("tiergate_policy_version", "Version of the applied policy.", []string{"pool"}, nil),
+		bodyBytes:       prometheus.NewDesc("tiergate_queued_body_bytes", "Bytes of the request bodies being read or queued, charged to --max-queued-bytes.", []string{"pool"}, nil),
+		bodyBudget:      prometheus.NewDesc("tiergate_queued_body_budget_bytes", "The budget of queued request bodies (--max-queued-bytes); past it requests get 503 overloaded.", []string{"pool"}, nil),
 	}
 	for _, c := range []prometheus.Collector{m.queueWait, m.service, m.rejections, m.abandoned, m.requests, levels{m}} {
 		if err := reg.Register(c); err != nil {
@@ -153,7 +159,7 @@ type levels struct{ m *Metrics }
 
 func (l levels) Describe(ch chan<- *prometheus.Desc) {
 	m := l.m
-	for _, d := range []*prometheus.Desc{m.queueLength, m.queueBound, m.oldestAge, m.inflight, m.slots, m.utilisation, m.backendInflight, m.policyVersion} {
+	for _, d := range []*prometheus.Desc{m.queueLength, m.queueBound, m.oldestAge, m.inflight, m.slots, m.utilisation, m.backendInflight, m.policyVersion, m.bodyBytes, m.bodyBudget} {
 		ch <- d
 	}
 }
@@ -183,4 +189,6 @@ func (l levels) Collect(ch chan<- prometheus.Metric) {
 		gauge(m.backendInflight, float64(n), s.Pool, addr)
 	}
 	gauge(m.policyVersion, float64(s.PolicyVersion), s.Pool)
+	gauge(m.bodyBytes, float64(s.BodyBytes), s.Pool)
+	gauge(m.bodyBudget, float64(s.BodyBudget), s.Pool)
 }

@@ -33,7 +33,8 @@ func TestLevels(t *testing.T) {
 					"premium": {Queued: 2, Bound: 20, OldestAge: 1500 * time.Millisecond},
 					"free":    {Queued: 0, Bound: 240},
 				},
-				Backends: map[string]int64{"10.0.0.7:8000": 2, "10.0.0.8:8000": 1},
+				Backends:  map[string]int64{"10.0.0.7:8000": 2, "10.0.0.8:8000": 1},
+				BodyBytes: 12288, BodyBudget: 128 << 20,
 			},
 			want: `
 # HELP tiergate_backend_inflight Requests outstanding at each backend (queued requests excluded).
@@ -58,6 +59,12 @@ tiergate_queue_bound{pool="default/llm",tier="premium"} 20
 # TYPE tiergate_queue_length gauge
 tiergate_queue_length{pool="default/llm",tier="free"} 0
 tiergate_queue_length{pool="default/llm",tier="premium"} 2
+# HELP tiergate_queued_body_budget_bytes The budget of queued request bodies (--max-queued-bytes); past it requests get 503 overloaded.
+# TYPE tiergate_queued_body_budget_bytes gauge
+tiergate_queued_body_budget_bytes{pool="default/llm"} 1.34217728e+08
+# HELP tiergate_queued_body_bytes Bytes of the request bodies being read or queued, charged to --max-queued-bytes.
+# TYPE tiergate_queued_body_bytes gauge
+tiergate_queued_body_bytes{pool="default/llm"} 12288
 # HELP tiergate_slots Slots of this dispatcher (its share of the pool's concurrency).
 # TYPE tiergate_slots gauge
 tiergate_slots{pool="default/llm"} 4
@@ -68,7 +75,8 @@ tiergate_utilisation{pool="default/llm"} 0.75
 		},
 	}
 	names := []string{"tiergate_queue_length", "tiergate_queue_bound", "tiergate_oldest_queued_age_seconds", "tiergate_inflight",
-		"tiergate_slots", "tiergate_utilisation", "tiergate_backend_inflight", "tiergate_policy_version"}
+		"tiergate_slots", "tiergate_utilisation", "tiergate_backend_inflight", "tiergate_policy_version",
+		"tiergate_queued_body_bytes", "tiergate_queued_body_budget_bytes"}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			reg := prometheus.NewPedanticRegistry()
@@ -107,7 +115,7 @@ func TestEventsAndTierDeletion(t *testing.T) {
 # TYPE tiergate_abandoned_total counter
 tiergate_abandoned_total{pool="p",stage="inflight",tier="premium"} 1
 tiergate_abandoned_total{pool="p",stage="queued",tier="free"} 1
-# HELP tiergate_rejections_total Refused requests by cause (capacity, tenant_limit, unauthenticated, unknown_tenant, unavailable, draining, queue_timeout, body_too_large, bad_request, request_timeout, backend_error).
+# HELP tiergate_rejections_total Refused requests by cause (capacity, tenant_limit, unauthenticated, unknown_tenant, unavailable, draining, queue_timeout, body_too_large, bad_request, request_timeout, backend_error, overloaded).
 # TYPE tiergate_rejections_total counter
 tiergate_rejections_total{cause="capacity",pool="p",tier="premium"} 2
 tiergate_rejections_total{cause="tenant_limit",pool="p",tier="free"} 1
@@ -131,7 +139,7 @@ tiergate_requests_total{code="429",pool="p",tier="free"} 1
 # HELP tiergate_abandoned_total Requests whose client went away, by stage (queued, dispatch, inflight).
 # TYPE tiergate_abandoned_total counter
 tiergate_abandoned_total{pool="p",stage="inflight",tier="premium"} 1
-# HELP tiergate_rejections_total Refused requests by cause (capacity, tenant_limit, unauthenticated, unknown_tenant, unavailable, draining, queue_timeout, body_too_large, bad_request, request_timeout, backend_error).
+# HELP tiergate_rejections_total Refused requests by cause (capacity, tenant_limit, unauthenticated, unknown_tenant, unavailable, draining, queue_timeout, body_too_large, bad_request, request_timeout, backend_error, overloaded).
 # TYPE tiergate_rejections_total counter
 tiergate_rejections_total{cause="capacity",pool="p",tier="premium"} 2
 tiergate_rejections_total{cause="unauthenticated",pool="p",tier=""} 1

@@ -74,6 +74,7 @@ const (
 	CauseBadRequest      = "bad_request"     // 400: a malformed credential or body
 	CauseRequestTimeout  = "request_timeout" // 408: the body arrived too slowly
 	CauseBackendError    = "backend_error"   // 502: the backend failed before answering
+	CauseOverloaded      = "overloaded"      // 503: the bodies held would exceed --max-queued-bytes
 )
 
 // Causes lists every cause above, in that order; each call returns a new
@@ -82,5 +83,6 @@ func Causes() []string {
 	return []string{
 		CauseCapacity, CauseTenantLimit, CauseUnauthenticated, CauseUnknownTenant, CauseUnavailable,
 		CauseDraining, CauseQueueTimeout, CauseBodyTooLarge, CauseBadRequest, CauseRequestTimeout, CauseBackendError,
+		CauseOverloaded,
 	}
 }
