@@ -236,15 +236,32 @@ func (d *Dispatcher) Stats() any {
 		QueuedBodyBytes: held, QueuedBodyBudget: limit}
 }
 
-// Ready is true with a policy and not draining.
+// Ready is true with a policy and not draining, unless the policy gives
+// this dispatcher no slot while the pool has some (see holdsNoSlot).
 func (d *Dispatcher) Ready() (bool, string) {
+	p := d.pol.Load()
 	switch {
 	case d.srv.Draining():
 		return false, "draining"
-	case d.pol.Load() == nil:
+	case p == nil:
 		return false, "no policy yet"
+	case holdsNoSlot(p):
+		return false, fmt.Sprintf("this dispatcher holds no slot of pool %s (policy version %d gives it 0 slots with %d ready backends, in Local mode): it would refuse every request, so it asks to be routed around",
+			p.Pool, p.Version, len(p.Backends))
 	}
 	return true, ""
+}
+
+// holdsNoSlot says whether p leaves this dispatcher without a share of a
+// pool that can serve: Local mode, 0 slots and at least one ready backend.
+// That is a pool with fewer slots than dispatchers, or a dispatcher the
+// controller took the share of because it was failing. With no backends
+// (no ready replica, or a pool at zero holding requests for its cold
+// start) every dispatcher is in the same place and stays Ready, so the
+// Service still has endpoints that answer; in Redis mode each holds the
+// pool-wide numbers.
+func holdsNoSlot(p *policy.Policy) bool {
+	return p.SharedState != policy.StateRedis && p.Slots == 0 && len(p.Backends) > 0
 }
 
 // levels feeds the scrape-time metrics.
