@@ -93,8 +93,8 @@ func TestOverloadedRefusal(t *testing.T) {
 	m := d.Metrics(t)
 	want := map[string]float64{
 		`tiergate_rejections_total{cause="overloaded",pool="default/llm",tier="free"}`: 1,
-		`tiergate_queued_body_bytes{pool="default/llm"}`:                              0,
-		`tiergate_queued_body_budget_bytes{pool="default/llm"}`:                       mib,
+		`tiergate_queued_body_bytes{pool="default/llm"}`:                               0,
+		`tiergate_queued_body_budget_bytes{pool="default/llm"}`:                        mib,
 	}
 	got2 := map[string]float64{}
 	for k := range want {
