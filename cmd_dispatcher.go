@@ -102,7 +102,8 @@ func queuedBytes(flagged, container int64, log logr.Logger) int64 {
 	}
 	if soft := budget.SoftLimit(lim); soft > 0 {
 		debug.SetMemoryLimit(soft)
-		log.Info("set the Go soft memory limit", "bytes", soft, "limit", budget.FormatBytes(soft))
+		_, what := lim.Smallest()
+		log.Info("set the Go soft memory limit", "bytes", soft, "from", "90% of "+what)
 	}
 	if flagged != 0 { // a negative one is refused by the configuration's check
 		log.Info("queued body budget", "bytes", flagged, "from", "--max-queued-bytes")
