@@ -85,6 +85,9 @@ func (r *PoolReconciler) poolEvents(pool *v1alpha1.ModelPool, old, cur v1alpha1.
 	if c, ok := changed(v1alpha1.ModelPoolAgeingHorizonExceedsClientTimeout); ok && c.Status == metav1.ConditionTrue {
 		r.Recorder.Eventf(pool, nil, corev1.EventTypeWarning, v1alpha1.ModelPoolAgeingHorizonExceedsClientTimeout, "ComputeBounds", "%s", c.Message)
 	}
+	if c, ok := changed(v1alpha1.ModelPoolFewerSlotsThanDispatchers); ok && c.Status == metav1.ConditionTrue {
+		r.Recorder.Eventf(pool, nil, corev1.EventTypeWarning, v1alpha1.ModelPoolFewerSlotsThanDispatchers, "SplitSlots", "%s", c.Message)
+	}
 	if c, ok := changed(v1alpha1.ModelPoolDegraded); ok && c.Status == metav1.ConditionTrue {
 		r.Recorder.Eventf(pool, nil, corev1.EventTypeWarning, c.Reason, "PushPolicy", "%s", c.Message)
 	}

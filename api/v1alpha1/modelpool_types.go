@@ -222,7 +222,8 @@ type ModelPoolStatus struct {
 	// +optional
 	PolicyVersion int64 `json:"policyVersion,omitempty"`
 
-	// conditions: Ready, Synced, Degraded and AgeingHorizonExceedsClientTimeout.
+	// conditions: Ready, Synced, Degraded, AgeingHorizonExceedsClientTimeout
+	// and FewerSlotsThanDispatchers.
 	// +listType=map
 	// +listMapKey=type
 	// +optional
@@ -234,6 +235,10 @@ const (
 	ModelPoolSynced                            = "Synced"
 	ModelPoolDegraded                          = "Degraded"
 	ModelPoolAgeingHorizonExceedsClientTimeout = "AgeingHorizonExceedsClientTimeout"
+	// ModelPoolFewerSlotsThanDispatchers is True when, in Local mode, the
+	// pool has fewer slots than healthy dispatchers: those left without a
+	// slot report NotReady and serve nothing.
+	ModelPoolFewerSlotsThanDispatchers = "FewerSlotsThanDispatchers"
 )
 
 // ModelPoolReason is the Reason of a ModelPool condition.
@@ -254,6 +259,9 @@ const (
 	ReasonHealthy               ModelPoolReason = "Healthy"
 	ReasonHorizonWithinTimeout  ModelPoolReason = "HorizonWithinClientTimeout"
 	ReasonHorizonExceedsTimeout ModelPoolReason = "HorizonExceedsClientTimeout"
+	// Reasons of FewerSlotsThanDispatchers.
+	ReasonFewerSlotsThanDispatchers ModelPoolReason = "FewerSlotsThanDispatchers"
+	ReasonDispatchersHoldSlots      ModelPoolReason = "DispatchersHoldSlots"
 )
 
 // +kubebuilder:object:root=true

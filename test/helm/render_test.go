@@ -336,6 +336,7 @@ func TestRedisFlags(t *testing.T) {
 				"dispatcher", "--listen=:8080", "--admin-listen=:9090",
 				"--admin-token-file=/var/run/tiergate/push-token/token", "--drain-timeout=30s",
 			}, tc.wantArgs...)
+			want = append(want, "--memory-limit=$(TIERGATE_MEMORY_LIMIT)") // the default 512Mi limit
 			if diff := cmp.Diff(want, args); diff != "" {
 				t.Errorf("args (-want +got):\n%s", diff)
 			}
