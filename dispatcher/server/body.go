@@ -114,3 +114,20 @@ func grow(buf []byte, size int64, c *budget.Charge) ([]byte, error) {
 	copy(out, buf)
 	return out, nil
 }
+
+// discardBody reads what is left of a refused body and throws it away,
+// after sending the refusal: most clients (Go's and Python's among them)
+// report a write error instead of the answer when the server closes while
+// they still send, so the rest is read, holding nothing (nginx's lingering
+// close does the same). It is bounded by MaxBodyBytes and BodyTimeout. A
+// client that waits for "100 Continue" and was refused before any byte was
+// read sends no body, so there is nothing to wait for.
+func (s *Server) discardBody(w http.ResponseWriter, r *http.Request, began bool) {
+	if !began && r.Header.Get("Expect") != "" {
+		return
+	}
+	rc := http.NewResponseController(w)
+	_ = rc.Flush()
+	_ = rc.SetReadDeadline(time.Now().Add(s.cfg.BodyTimeout))
+	_, _ = io.Copy(io.Discard, io.LimitReader(r.Body, s.cfg.MaxBodyBytes))
+}

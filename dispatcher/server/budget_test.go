@@ -312,3 +312,57 @@ func TestEveryEndReleasesTheBody(t *testing.T) {
 		})
 	}
 }
+
+// A client that waits for "100 Continue" and is refused by the budget
+// before a byte was read gets its 503 and sends nothing; the handler does
+// not wait for a body that will not come.
+func TestOverloadedBeforeContinue(t *testing.T) {
+	f, release := budgetFixture(t, 0)
+	go f.send(context.Background(), "/slow", nil, true)
+	<-f.be.arrived
+	queued := make(chan sent, 1)
+	go func() { queued <- f.send(context.Background(), "/v1/completions", make([]byte, 10000), true) }()
+	f.waitQueued(t, 1)
+
+	client := &http.Client{Transport: &http.Transport{ExpectContinueTimeout: time.Minute}}
+	defer client.Transport.(*http.Transport).CloseIdleConnections()
+	body := &countingReader{r: bytes.NewReader(make([]byte, 10000))}
+	req, _ := http.NewRequest(http.MethodPost, f.front.URL+"/v1/completions", body)
+	req.ContentLength = 10000
+	req.Header.Set("X-Tenant-Id", "acme")
+	req.Header.Set("Expect", "100-continue")
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 503 || string(b) != overloadedBody {
+		t.Fatalf("%d %s, want 503 overloaded", resp.StatusCode, b)
+	}
+	if body.n != 0 {
+		t.Errorf("the client sent %d bytes of a refused body it was not asked for", body.n)
+	}
+	done := make(chan struct{})
+	go func() { f.idle(t); close(done) }()
+	release()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second): // BodyTimeout is 30s
+		t.Fatal("a handler is still waiting for the refused body")
+	}
+	if s := <-queued; s.Code != 200 {
+		t.Errorf("queued request: %d %s", s.Code, s.Body)
+	}
+}
+
+type countingReader struct {
+	r io.Reader
+	n int
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += n
+	return n, err
+}

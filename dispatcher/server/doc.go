@@ -15,8 +15,10 @@
 // is charged before it is made, so a request holds at most twice what it
 // sent plus 4 KiB, and a large declared Content-Length reserves nothing.
 // A request whose declared length does not fit what is free, or whose
-// buffer would outgrow it, gets 503 overloaded at once (and the connection
-// is closed: the rest of its body is not read). The charge is released
+// buffer would outgrow it, gets 503 overloaded at once; the rest of its
+// body is then read and thrown away (bounded by MaxBodyBytes and
+// BodyTimeout, holding nothing) so that clients still sending see the
+// answer instead of a broken pipe, and the connection is closed. The charge is released
 // once, when the request is dispatched (from then on it is in flight, and
 // the slots bound the bodies in flight to slots × MaxBodyBytes), or when
 // it ends any other way: refused, abandoned, expired or drained. Exempt

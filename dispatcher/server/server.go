@@ -232,6 +232,11 @@ func (s *Server) serve(x *exchange, r *http.Request) {
 	body, aerr := s.readBody(x.sw.ResponseWriter, r, who.Tier, &charge)
 	if aerr != nil {
 		s.refuse(x, aerr)
+		if aerr.Cause == queue.CauseOverloaded {
+			began := charge.Bytes() > 0
+			charge.Release()
+			s.discardBody(x.sw.ResponseWriter, r, began)
+		}
 		return
 	}
 	if body == nil {
