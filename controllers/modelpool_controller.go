@@ -216,11 +216,17 @@ func (r *PoolReconciler) serviceTime(pool *v1alpha1.ModelPool, states []PodState
 
 // servablePolicies are the bounds' policies, with 0 slots when no backend
 // is Ready: a policy with slots but no backends is invalid, and 0 slots
-// makes dispatchers answer 503 at once.
+// makes dispatchers answer 503 at once. A pool with no slots (no ready
+// replica counted, whatever pods still look Ready) also gets no backends,
+// so that no dispatcher takes its 0 slots for a missing share of a pool
+// that can serve and reports NotReady: then all would.
 func servablePolicies(b capacity.Bounds, backends int) []policy.Policy {
 	policies := append([]policy.Policy(nil), b.Policies...)
-	if backends == 0 {
-		for i := range policies {
+	for i := range policies {
+		switch {
+		case b.Pool.Concurrency == 0:
+			policies[i].Slots, policies[i].Backends = 0, nil
+		case backends == 0:
 			policies[i].Slots = 0
 		}
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/tiergate/tiergate/api/v1alpha1"
 	"github.com/tiergate/tiergate/capacity"
 	seed "github.com/tiergate/tiergate/capacity/capacitytest"
+	"github.com/tiergate/tiergate/dispatcher/policy"
 )
 
 func TestFewerSlotsThanDispatchersCondition(t *testing.T) {
@@ -194,5 +195,40 @@ func setPodReadyFalse(p *corev1.Pod) {
 		if p.Status.Conditions[i].Type == corev1.PodReady {
 			p.Status.Conditions[i].Status = corev1.ConditionFalse
 		}
+	}
+}
+
+// A pool with no slots pushes no backends, so no dispatcher mistakes its 0
+// slots for a missing share (and reports NotReady, as all would); with
+// slots but no Ready backend the backends stay empty and the slots go to 0.
+func TestServablePolicies(t *testing.T) {
+	withBackends := func(b capacity.Bounds, n int) capacity.Bounds {
+		for i := range b.Policies {
+			for j := 0; j < n; j++ {
+				b.Policies[i].Backends = append(b.Policies[i].Backends, policy.Backend{Address: fmt.Sprintf("10.0.0.%d:8000", j+1)})
+			}
+		}
+		return b
+	}
+	type row struct{ Slots, Backends int }
+	for name, tc := range map[string]struct {
+		b        capacity.Bounds
+		backends int
+		want     []row
+	}{
+		"slots and backends":                           {withBackends(seedBounds(t, 6, 2), 6), 6, []row{{12, 6}, {12, 6}}},
+		"fewer slots than dispatchers":                 {withBackends(seedBounds(t, 1, 5), 6), 6, []row{{1, 6}, {1, 6}, {1, 6}, {1, 6}, {0, 6}}},
+		"no Ready backend":                             {seedBounds(t, 6, 2), 0, []row{{0, 0}, {0, 0}}},
+		"no ready replica, pods that still look Ready": {withBackends(seedBounds(t, 0, 2), 2), 2, []row{{0, 0}, {0, 0}}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			var got []row
+			for _, p := range servablePolicies(tc.b, tc.backends) {
+				got = append(got, row{p.Slots, len(p.Backends)})
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+		})
 	}
 }
