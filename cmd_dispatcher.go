@@ -5,7 +5,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
+	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 	"time"
 
@@ -14,6 +17,7 @@ import (
 
 	"github.com/tiergate/tiergate/dispatcher"
 	"github.com/tiergate/tiergate/dispatcher/balancer"
+	"github.com/tiergate/tiergate/dispatcher/budget"
 	"github.com/tiergate/tiergate/dispatcher/fleet"
 	"github.com/tiergate/tiergate/dispatcher/server"
 	"github.com/tiergate/tiergate/internal/tokenfile"
@@ -35,6 +39,8 @@ func runDispatcher(args []string, stdout, stderr io.Writer) int {
 	fleet.AddFlags(fs, &fleetCfg) // --state, --redis-password-file, --redis-ca-file, --state-lease-ttl, --state-renew-interval
 	drainTimeout := fs.Duration("drain-timeout", dispatcher.DefaultDrainTimeout, "on SIGTERM, how long queued requests may still be dispatched before they get 503")
 	maxBody := fs.Int64("max-body-bytes", server.DefaultMaxBodyBytes, "largest request body; larger gets 413")
+	maxQueued := fs.Int64("max-queued-bytes", 0, "memory budget of the request bodies being read and queued; a request whose body would exceed it gets 503 overloaded. 0: a quarter of the smallest known memory limit (GOMEMLIMIT, --memory-limit, the cgroup's), else 256 MiB")
+	memLimit := fs.Int64("memory-limit", 0, "the container's memory limit in bytes (the chart passes limits.memory); 0: read the cgroup's. Without GOMEMLIMIT the Go runtime's soft limit is set to 90% of the smallest limit known")
 	bodyTimeout := fs.Duration("body-timeout", server.DefaultBodyTimeout, "longest time to receive a request body; slower gets 408")
 	readHeaderTimeout := fs.Duration("read-header-timeout", 10*time.Second, "longest time to receive a request's headers (against slowloris clients)")
 	var health balancer.Health
@@ -64,12 +70,14 @@ func runDispatcher(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 
+	queued := queuedBytes(*maxQueued, *memLimit, log)
+
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 
 	cfg := dispatcher.Config{
 		Listen: *listen, AdminListen: *adminListen, PolicyFile: *policyFile,
-		DrainTimeout: *drainTimeout, MaxBodyBytes: *maxBody, BodyTimeout: *bodyTimeout,
+		DrainTimeout: *drainTimeout, MaxBodyBytes: *maxBody, BodyTimeout: *bodyTimeout, MaxQueuedBytes: queued,
 		ReadHeaderTimeout: *readHeaderTimeout, Fleet: fleetCfg, Health: health, Log: log,
 	}
 	if tokens != nil {
@@ -102,6 +110,29 @@ func adminTokens(path string, grace time.Duration, log logr.Logger) (*tokenfile.
 		return nil, err
 	}
 	return f, nil
+}
+
+// queuedBytes is the body budget: flagged when not 0, else derived from the
+// memory limits known (budget.Default). Without GOMEMLIMIT it also sets
+// the runtime's soft memory limit from the other limits, so the collector
+// works harder before the kernel would kill the process.
+func queuedBytes(flagged, container int64, log logr.Logger) int64 {
+	lim := budget.Limits{Container: container, Cgroup: budget.CgroupLimit(os.DirFS("/"))}
+	if g := debug.SetMemoryLimit(-1); g != math.MaxInt64 {
+		lim.GoMemLimit = g
+	}
+	if soft := budget.SoftLimit(lim); soft > 0 {
+		debug.SetMemoryLimit(soft)
+		_, what := lim.Smallest()
+		log.Info("set the Go soft memory limit", "bytes", soft, "from", "90% of "+what)
+	}
+	if flagged != 0 { // a negative one is refused by the configuration's check
+		log.Info("queued body budget", "bytes", flagged, "from", "--max-queued-bytes")
+		return flagged
+	}
+	n, why := budget.Default(lim)
+	log.Info("queued body budget", "bytes", n, "from", why)
+	return n
 }
 
 // newLogger builds the dispatcher's logr.Logger on w.

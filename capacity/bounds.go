@@ -27,6 +27,12 @@ type BoundsInput struct {
 	// Dispatchers is the number of dispatcher pods that receive a policy;
 	// 0 yields no Policies.
 	Dispatchers int
+	// Excluded, when not nil, has one entry per dispatcher: true for one
+	// that holds no share of the slots in Local mode (a failing pod). The
+	// slots are split among the others, or among all when every one is
+	// excluded. Redis mode ignores it: every dispatcher holds the
+	// pool-wide numbers and only uses what it takes.
+	Excluded []bool
 	// ObservedServiceTime replaces spec.serviceTime.mean when the source is
 	// Measured and it is positive.
 	ObservedServiceTime time.Duration
@@ -183,7 +189,7 @@ func ComputeBounds(in BoundsInput) (Bounds, error) {
 	}
 
 	base := basePolicy(in.Pool, &spec, out.Pool, defaultTier, in.JWKS)
-	out.Policies = splitPolicies(base, r, out.Tiers, live, in.Backends, in.Dispatchers)
+	out.Policies = splitPolicies(base, r, out.Tiers, live, in.Backends, in.Dispatchers, in.Excluded)
 	return out, nil
 }
 

@@ -35,13 +35,13 @@ func basePolicy(pool *v1alpha1.ModelPool, spec *v1alpha1.ModelPoolSpec, b PoolBo
 }
 
 // splitPolicies gives n dispatchers one policy each. In Local mode each
-// gets its slice of the pool's slots (splitSlots) and the pool-wide bounds
-// scaled by its slot fraction; in Redis mode each gets the pool-wide
-// numbers. While held every policy has 0 slots and no backends, and the
-// fractions are those of the first replica's C slots.
-func splitPolicies(base policy.Policy, r rates, tiers []TierBounds, live []liveTenant, backends []policy.Backend, n int) []policy.Policy {
+// gets its slice of the pool's slots (shareSlots: none for an excluded
+// one) and the pool-wide bounds scaled by its slot fraction; in Redis mode
+// each gets the pool-wide numbers. While held every policy has 0 slots and
+// no backends, and the fractions are those of the first replica's C slots.
+func splitPolicies(base policy.Policy, r rates, tiers []TierBounds, live []liveTenant, backends []policy.Backend, n int, excluded []bool) []policy.Policy {
 	whole := base.SharedState == policy.StateRedis
-	slots := splitSlots(r.boundsFor, n)
+	slots := shareSlots(r.boundsFor, n, excluded)
 	if r.held() {
 		backends = nil
 	}
@@ -120,6 +120,27 @@ func (s part) policy(base policy.Policy, r rates, tiers []TierBounds, live []liv
 		pol.Tenants = append(pol.Tenants, t)
 	}
 	return pol
+}
+
+// shareSlots spreads p over the n dispatchers that excluded (nil, or one
+// entry each) does not mark, in order (splitSlots); the excluded ones get
+// 0. When every one is excluded it spreads p over all of them: a pool
+// whose dispatchers are all failing is no better served by none.
+func shareSlots(p int64, n int, excluded []bool) []int64 {
+	var holders []int
+	for i := 0; i < n; i++ {
+		if excluded == nil || !excluded[i] {
+			holders = append(holders, i)
+		}
+	}
+	if len(holders) == 0 || len(holders) == n {
+		return splitSlots(p, n)
+	}
+	out := make([]int64, n)
+	for k, s := range splitSlots(p, len(holders)) {
+		out[holders[k]] = s
+	}
+	return out
 }
 
 // splitSlots spreads p over n dispatchers as evenly as whole numbers allow;

@@ -21,6 +21,9 @@ func validateInput(in BoundsInput) error {
 	if in.Dispatchers < 0 {
 		errs = append(errs, fmt.Sprintf("dispatchers: %d must not be negative", in.Dispatchers))
 	}
+	if in.Excluded != nil && len(in.Excluded) != in.Dispatchers {
+		errs = append(errs, fmt.Sprintf("excluded: %d entries for %d dispatchers", len(in.Excluded), in.Dispatchers))
+	}
 	errs = append(errs, validateTiers(in.Tiers)...)
 	for _, q := range in.Quotas {
 		if q.Spec.MaxConcurrency != nil && *q.Spec.MaxConcurrency < 1 {

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -65,6 +66,9 @@ type PoolReconciler struct {
 	TokenSecret string
 	// JWKS fetches the key sets of JWT pools whose keys come from a URL.
 	JWKS *JWKSFetcher
+	// health are the time constants of the failing-dispatcher rules; zero
+	// takes defaultHealthTuning (tests shorten them).
+	health healthTuning
 
 	mu    sync.Mutex
 	pools map[types.NamespacedName]*poolMemory
@@ -96,6 +100,8 @@ func (r *PoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	mem := r.memory(req.NamespacedName)
+	r.assessDispatchers(&pool, obs, mem, now)
 	states := r.Pusher.States(req.NamespacedName)
 	c, err := r.compute(&pool, obs, states)
 	if err != nil {
@@ -103,7 +109,6 @@ func (r *PoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 		log.FromContext(ctx).Error(err, "cannot compute bounds")
 		return ctrl.Result{}, reconcile.TerminalError(err)
 	}
-	mem := r.memory(req.NamespacedName)
 	c.autoscaler = r.syncAutoscaler(ctx, &pool, &mem.autoscaler, now)
 	want := r.desire(&pool, obs, c, states, mem, stamp)
 	// The version is persisted before any dispatcher sees it, so a
@@ -115,6 +120,7 @@ func (r *PoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	mem.maxWaitTiers = exportPoolMetrics(req.String(), mem.maxWaitTiers, c.bounds, c.demand)
 	period := resyncPeriod(r.ResyncPeriod, c.bounds)
 	r.Pusher.Sync(req.NamespacedName, want.targets, mem.resyncDue(now, period))
+	mem.health.noteShares(want.targets, now)
 
 	// Tier and quota status after the push has started: it is for people,
 	// the push is for traffic.
@@ -183,7 +189,8 @@ func (r *PoolReconciler) desire(pool *v1alpha1.ModelPool, obs *observed, c compu
 		HasTiers:          len(obs.tiers) > 0,
 		Version:           d.version,
 		ObservedService:   c.serviceTime,
-		Dispatchers:       dispatcherViews(targets, states),
+		SharedState:       pool.Spec.SharedState,
+		Dispatchers:       dispatcherViews(targets, states, obs.excluded),
 		UnreachableStrike: r.UnreachableStrike,
 		TokenSecret:       r.TokenSecret,
 		Auth:              newAuthView(pool.Spec.Authentication, obs.jwks),
@@ -261,11 +268,17 @@ func (r *PoolReconciler) serviceTime(pool *v1alpha1.ModelPool, states []PodState
 
 // servablePolicies are the bounds' policies, with 0 slots when no backend
 // is Ready: a policy with slots but no backends is invalid, and 0 slots
-// makes dispatchers answer 503 at once.
+// makes dispatchers answer 503 at once. A pool with no slots (no ready
+// replica counted, whatever pods still look Ready) also gets no backends,
+// so that no dispatcher takes its 0 slots for a missing share of a pool
+// that can serve and reports NotReady: then all would.
 func servablePolicies(b capacity.Bounds, backends int) []policy.Policy {
 	policies := append([]policy.Policy(nil), b.Policies...)
-	if backends == 0 {
-		for i := range policies {
+	for i := range policies {
+		switch {
+		case b.Pool.Concurrency == 0:
+			policies[i].Slots, policies[i].Backends = 0, nil
+		case backends == 0:
 			policies[i].Slots = 0
 		}
 	}
@@ -284,18 +297,47 @@ func contentHash(policies []policy.Policy) string {
 	return hex.EncodeToString(h.Sum(nil))
 }
 
-// dispatcherViews pairs each target with what the Pusher knows of it.
-func dispatcherViews(targets []Target, states []PodState) []dispatcherView {
+// dispatcherViews pairs each target with what the Pusher knows of it and
+// why it is excluded (excluded is in the targets' order, or nil).
+func dispatcherViews(targets []Target, states []PodState, excluded []string) []dispatcherView {
 	byUID := make(map[types.UID]PodState, len(states))
 	for _, s := range states {
 		byUID[s.UID] = s
 	}
 	var views []dispatcherView
-	for _, t := range targets {
+	for i, t := range targets {
 		s := byUID[t.UID]
-		views = append(views, dispatcherView{Name: t.Name, Ready: t.Ready, Acked: s.AckedVersion, State: s})
+		v := dispatcherView{Name: t.Name, Ready: t.Ready, Acked: s.AckedVersion, State: s, NoSlot: t.Policy.Slots == 0}
+		if i < len(excluded) {
+			v.Excluded = excluded[i]
+		}
+		views = append(views, v)
 	}
 	return views
+}
+
+// assessDispatchers decides which dispatcher pods are failing and hold no
+// share of the slots (Local mode only: in Redis mode every dispatcher holds
+// the pool-wide numbers), records an event for each newly excluded one and
+// notes when a decision is next due.
+func (r *PoolReconciler) assessDispatchers(pool *v1alpha1.ModelPool, obs *observed, mem *poolMemory, now time.Time) {
+	if pool.Spec.SharedState == v1alpha1.SharedStateRedis {
+		mem.health, mem.healthNext = healthMemory{}, time.Time{}
+		return
+	}
+	tune := r.health
+	if tune == (healthTuning{}) {
+		tune = defaultHealthTuning
+	}
+	var newly []string
+	obs.excluded, newly, mem.healthNext = mem.health.assess(obs.dispatcherFacts(), now, tune)
+	if r.Recorder == nil {
+		return
+	}
+	for _, n := range newly {
+		r.Recorder.Eventf(pool, nil, corev1.EventTypeWarning, "DispatcherExcluded", "SplitSlots",
+			"%s is failing: it holds no slot and its share goes to the other dispatchers", n)
+	}
 }
 
 // poolMemory is what the reconciler remembers of a pool between reconciles.
@@ -309,6 +351,10 @@ type poolMemory struct {
 	// series this pool exports.
 	maxWaitTiers map[string]bool
 	autoscaler   autoscalerMemory
+	// health remembers the dispatcher pods; healthNext is when one of its
+	// decisions is next due (zero: none).
+	health     healthMemory
+	healthNext time.Time
 }
 
 func (r *PoolReconciler) memory(key types.NamespacedName) *poolMemory {
@@ -350,10 +396,15 @@ func (m *poolMemory) resyncDue(now time.Time, period time.Duration) bool {
 	return true
 }
 
-// requeue brings the pool back at its next resync.
+// requeue brings the pool back at its next resync, or sooner when a
+// dispatcher health decision is due.
 func (m *poolMemory) requeue(now time.Time, period time.Duration) ctrl.Result {
-	if period <= 0 {
-		return ctrl.Result{}
+	var after time.Duration
+	if period > 0 {
+		after = period - now.Sub(m.lastResync)
 	}
-	return ctrl.Result{RequeueAfter: period - now.Sub(m.lastResync)}
+	if !m.healthNext.IsZero() && (after == 0 || m.healthNext.Sub(now) < after) {
+		after = max(m.healthNext.Sub(now), time.Millisecond)
+	}
+	return ctrl.Result{RequeueAfter: after}
 }

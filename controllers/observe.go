@@ -29,6 +29,9 @@ type observed struct {
 	backends    []policy.Backend
 	dispatchers []corev1.Pod
 	jwks        jwksReading // JWT mode
+	// excluded says, per dispatcher (in Local mode), why it holds no share
+	// of the slots: "" for one that holds its share (see dispatcherhealth.go).
+	excluded []string
 }
 
 type secretState struct {
@@ -80,11 +83,27 @@ func (obs *observed) boundsInput(pool *v1alpha1.ModelPool, serviceTime time.Dura
 		Tiers:               obs.tiers,
 		Quotas:              obs.quotas,
 		Dispatchers:         len(obs.dispatchers),
+		Excluded:            obs.excludedMarks(),
 		ObservedServiceTime: serviceTime,
 		Backends:            obs.backends,
 		APIKeyHashes:        obs.hashes,
 		JWKS:                obs.jwks.Keys,
 	}
+}
+
+// excludedMarks are obs.excluded as ComputeBounds takes them; nil when no
+// dispatcher is excluded.
+func (obs *observed) excludedMarks() []bool {
+	var marks []bool
+	for i, why := range obs.excluded {
+		if why != "" {
+			if marks == nil {
+				marks = make([]bool, len(obs.dispatchers))
+			}
+			marks[i] = true
+		}
+	}
+	return marks
 }
 
 // deployment is the pool's model Deployment, nil when it does not exist.
@@ -161,7 +180,10 @@ func (r *PoolReconciler) backends(ctx context.Context, pool *v1alpha1.ModelPool,
 
 // dispatcherPods are the pods the pool's dispatcher selector matches that
 // have an IP, Ready or not (a fresh one becomes Ready only once it holds a
-// policy), by name.
+// policy), newest first, then by name. Slots are handed out in this order,
+// so when there are fewer than pods the newest hold them: during a rolling
+// update the new pods get slots, become Ready and let the rollout go on,
+// while the old ones report NotReady and are replaced.
 func (r *PoolReconciler) dispatcherPods(ctx context.Context, pool *v1alpha1.ModelPool) ([]corev1.Pod, error) {
 	pods, err := r.selectedPods(ctx, pool.Namespace, &pool.Spec.Dispatchers.Selector)
 	if err != nil {
@@ -173,8 +195,24 @@ func (r *PoolReconciler) dispatcherPods(ctx context.Context, pool *v1alpha1.Mode
 			out = append(out, pods[i])
 		}
 	}
-	sort.Slice(out, func(a, b int) bool { return out[a].Name < out[b].Name })
+	sort.Slice(out, func(a, b int) bool {
+		ta, tb := out[a].CreationTimestamp, out[b].CreationTimestamp
+		if !ta.Equal(&tb) {
+			return tb.Before(&ta)
+		}
+		return out[a].Name < out[b].Name
+	})
 	return out, nil
+}
+
+// dispatcherFacts are what the health rules need of the dispatcher pods,
+// in their order.
+func (obs *observed) dispatcherFacts() []dispatcherFacts {
+	out := make([]dispatcherFacts, len(obs.dispatchers))
+	for i := range obs.dispatchers {
+		out[i] = factsOf(&obs.dispatchers[i])
+	}
+	return out
 }
 
 // selectedPods lists the pods of ns that sel selects; an empty selector

@@ -335,11 +335,11 @@ func podToPools(c client.Reader) handler.MapFunc {
 }
 
 // podChanged passes pod updates that matter to a pool: labels, IP,
-// readiness, phase, restarts and deletion. Status churn such as probe
+// readiness, phase, restarts, a crash loop and deletion. Status churn such as probe
 // timestamps is dropped.
 func podChanged() predicate.Predicate {
 	view := func(p *corev1.Pod) []any {
-		return []any{p.Labels, p.Status.PodIP, podReady(p), p.Status.Phase, podRestarts(p), p.DeletionTimestamp != nil}
+		return []any{p.Labels, p.Status.PodIP, podReady(p), p.Status.Phase, podRestarts(p), crashLooping(p), p.DeletionTimestamp != nil}
 	}
 	return predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
 		o, ok1 := e.ObjectOld.(*corev1.Pod)

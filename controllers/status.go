@@ -29,6 +29,7 @@ type poolView struct {
 	HasTiers          bool
 	Version           int64
 	ObservedService   time.Duration // 0 when nothing measured yet
+	SharedState       v1alpha1.SharedStateMode
 	Dispatchers       []dispatcherView
 	UnreachableStrike int // consecutive failures before an unreachable pod degrades the pool
 	// TokenSecret is the push token Secret as namespace/name, "" when the
@@ -44,6 +45,10 @@ type dispatcherView struct {
 	Acked    int64
 	State    PodState
 	Attempts int
+	// NoSlot: its policy gives it no slot. Excluded says why, when that
+	// is because it is failing ("" when it is not).
+	NoSlot   bool
+	Excluded string
 }
 
 func setCondition(conds *[]metav1.Condition, now metav1.Time, gen int64, typ string, ok bool, reason, msg string) {
@@ -88,6 +93,8 @@ func desiredPoolStatus(cur v1alpha1.ModelPoolStatus, v poolView, now metav1.Time
 	set(v1alpha1.ModelPoolAgeingHorizonExceedsClientTimeout, b.HorizonExceedsClientTimeout, horizonReason(b), capacity.HorizonMessage(b))
 	set(v1alpha1.ModelPoolAutoscalerUnavailable, v.Autoscaler.unavailable, string(v.Autoscaler.reason), v.Autoscaler.message)
 	setAuthConditions(&st.Conditions, now, v.Generation, v.Auth)
+	ok, reason, msg = slotlessDispatchers(v)
+	set(v1alpha1.ModelPoolFewerSlotsThanDispatchers, ok, reason, msg)
 	return st
 }
 
@@ -373,4 +380,41 @@ func boundChanges(before map[string]int32, after []capacity.TierBounds) string {
 		}
 	}
 	return strings.Join(parts, ", ")
+}
+
+// slotlessDispatchers is the FewerSlotsThanDispatchers condition: in Local
+// mode, healthy dispatchers that the split left without a slot of a pool
+// that can serve. They report NotReady, so the Service routes around them,
+// but they are idle capacity. Failing dispatchers excluded from the split
+// are named in the message either way.
+func slotlessDispatchers(v poolView) (bool, string, string) {
+	var idle, failing []string
+	healthy := 0
+	for _, d := range v.Dispatchers {
+		switch {
+		case d.Excluded != "":
+			failing = append(failing, fmt.Sprintf("%s (%s)", d.Name, d.Excluded))
+		case d.NoSlot:
+			idle = append(idle, d.Name)
+			healthy++
+		default:
+			healthy++
+		}
+	}
+	p := v.Bounds.Pool.Concurrency
+	var excl string
+	if len(failing) > 0 {
+		excl = fmt.Sprintf("; failing, so holding no slot: %s", listNames(failing))
+	}
+	if v.SharedState == v1alpha1.SharedStateRedis || v.Backends == 0 || p == 0 || len(idle) == 0 {
+		return false, string(v1alpha1.ReasonDispatchersHoldSlots), "no healthy dispatcher is left without a slot" + excl
+	}
+	verbs := [3]string{"hold", "report", "them"}
+	if len(idle) == 1 {
+		verbs = [3]string{"holds", "reports", "it"}
+	}
+	return true, string(v1alpha1.ReasonFewerSlotsThanDispatchers), fmt.Sprintf(
+		"%d of %d healthy dispatchers %s no slot: the pool has %d slots and Local mode gives each dispatcher a whole number of them; %s %s NotReady so the Service routes around %s. "+
+			"Set spec.sharedState: Redis to share every slot among all dispatchers, or run at most %d dispatcher replicas%s",
+		len(idle), healthy, verbs[0], p, listNames(idle), verbs[1], verbs[2], p, excl)
 }

@@ -54,6 +54,10 @@ func heldBounds(t *testing.T) capacity.Bounds {
 	return b
 }
 
+// everyDispatcherHoldsSlots is the FewerSlotsThanDispatchers condition of a
+// pool whose healthy dispatchers all hold slots.
+var everyDispatcherHoldsSlots = condRow{"FewerSlotsThanDispatchers", "False", "DispatchersHoldSlots", "no healthy dispatcher is left without a slot"}
+
 func TestDesiredPoolStatus(t *testing.T) {
 	unauthorized := PodState{Result: PushUnauthorized, Failures: 1, Err: fmt.Errorf("%w: 10.0.0.2:9090 answered 401", ErrPushUnauthorized)}
 	rejected := PodState{Result: PushRejected, Failures: 1, Err: fmt.Errorf("%w: 10.0.0.3:9090 answered 400: bad", ErrPushRejected)}
@@ -204,6 +208,9 @@ func TestDesiredPoolStatus(t *testing.T) {
 			if _, ok := tc.want[v1alpha1.ModelPoolAutoscalerUnavailable]; !ok {
 				tc.want[v1alpha1.ModelPoolAutoscalerUnavailable] = condRow{"AutoscalerUnavailable", "False", "AutoscalingNotRequested",
 					"spec.autoscaling is not set; the controller keeps no ScaledObject"}
+			}
+			if _, ok := tc.want[v1alpha1.ModelPoolFewerSlotsThanDispatchers]; !ok {
+				tc.want[v1alpha1.ModelPoolFewerSlotsThanDispatchers] = everyDispatcherHoldsSlots
 			}
 			st := desiredPoolStatus(v1alpha1.ModelPoolStatus{}, tc.view, t0)
 			if diff := cmp.Diff(tc.want, condRows(st.Conditions)); diff != "" {

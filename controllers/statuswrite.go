@@ -96,6 +96,9 @@ func (r *PoolReconciler) poolEvents(pool *v1alpha1.ModelPool, old, cur v1alpha1.
 	if c, ok := changed(v1alpha1.ModelPoolJWKSReady); ok && c.Status == metav1.ConditionFalse && c.Reason != string(v1alpha1.ReasonJWKSPending) {
 		r.Recorder.Eventf(pool, nil, corev1.EventTypeWarning, c.Reason, "ReadJWKS", "%s", c.Message)
 	}
+	if c, ok := changed(v1alpha1.ModelPoolFewerSlotsThanDispatchers); ok && c.Status == metav1.ConditionTrue {
+		r.Recorder.Eventf(pool, nil, corev1.EventTypeWarning, v1alpha1.ModelPoolFewerSlotsThanDispatchers, "SplitSlots", "%s", c.Message)
+	}
 	warnTrue(v1alpha1.ModelPoolDegraded, v1alpha1.ModelPoolAutoscalerUnavailable)
 	// Changes of a status written before; the first write is no change.
 	if old.PoolConcurrency != cur.PoolConcurrency && old.ObservedGeneration != 0 {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/tiergate/tiergate/dispatcher/admin"
 	"github.com/tiergate/tiergate/dispatcher/balancer"
+	"github.com/tiergate/tiergate/dispatcher/budget"
 	"github.com/tiergate/tiergate/dispatcher/fleet"
 	"github.com/tiergate/tiergate/dispatcher/metrics"
 	"github.com/tiergate/tiergate/dispatcher/policy"
@@ -44,6 +45,10 @@ type Config struct {
 	DrainTimeout time.Duration
 	MaxBodyBytes int64         // default 4 MiB
 	BodyTimeout  time.Duration // default 30s
+	// MaxQueuedBytes is the memory budget of the request bodies being read
+	// and queued (default 256 MiB; the command derives it from the memory
+	// limit). It must be at least MaxBodyBytes.
+	MaxQueuedBytes int64
 	// Server timeouts against slow clients. WriteTimeout is not set: a
 	// streamed generation may legitimately take minutes.
 	ReadHeaderTimeout time.Duration // default 10s
@@ -83,6 +88,9 @@ func (c *Config) defaults() {
 	if c.BodyTimeout == 0 {
 		c.BodyTimeout = server.DefaultBodyTimeout
 	}
+	if c.MaxQueuedBytes == 0 {
+		c.MaxQueuedBytes = server.DefaultMaxQueuedBytes
+	}
 	if c.ReadHeaderTimeout == 0 {
 		c.ReadHeaderTimeout = 10 * time.Second
 	}
@@ -111,6 +119,10 @@ func (c *Config) validate() error {
 	}
 	if c.MaxBodyBytes < 0 {
 		errs = append(errs, fmt.Errorf("--max-body-bytes must be > 0, got %d", c.MaxBodyBytes))
+	}
+	if c.MaxQueuedBytes < c.MaxBodyBytes {
+		errs = append(errs, fmt.Errorf("--max-queued-bytes (%s) must be at least --max-body-bytes (%s): a body of the largest size would never fit",
+			budget.FormatBytes(c.MaxQueuedBytes), budget.FormatBytes(c.MaxBodyBytes)))
 	}
 	if c.BodyTimeout < 0 || c.ReadHeaderTimeout < 0 || c.IdleTimeout < 0 {
 		errs = append(errs, errors.New("server timeouts must be > 0"))
@@ -172,7 +184,8 @@ func (d *Dispatcher) build() error {
 	}
 	d.m = m
 	d.srv, err = server.New(server.Config{
-		MaxBodyBytes: cfg.MaxBodyBytes, BodyTimeout: cfg.BodyTimeout, Transport: cfg.Transport, Log: cfg.Log.WithName("data"),
+		MaxBodyBytes: cfg.MaxBodyBytes, BodyTimeout: cfg.BodyTimeout, MaxQueuedBytes: cfg.MaxQueuedBytes,
+		Transport: cfg.Transport, Log: cfg.Log.WithName("data"),
 	}, d.q, d.bal, d.m)
 	if err != nil {
 		return err
@@ -224,22 +237,45 @@ type Stats struct {
 	// Active counts requests inside the data path (queued or in flight).
 	Active   int64 `json:"active"`
 	Draining bool  `json:"draining"`
+	// QueuedBodyBytes is what the bodies being read or queued hold of
+	// QueuedBodyBudget (--max-queued-bytes).
+	QueuedBodyBytes  int64 `json:"queuedBodyBytes"`
+	QueuedBodyBudget int64 `json:"queuedBodyBudget"`
 }
 
 // Stats snapshots the dispatcher.
 func (d *Dispatcher) Stats() any {
-	return Stats{Queue: d.q.Stats(), Backends: d.bal.Snapshot(), Active: d.srv.Active(), Draining: d.srv.Draining()}
+	held, limit := d.srv.Bodies()
+	return Stats{Queue: d.q.Stats(), Backends: d.bal.Snapshot(), Active: d.srv.Active(), Draining: d.srv.Draining(),
+		QueuedBodyBytes: held, QueuedBodyBudget: limit}
 }
 
-// Ready is true with a policy and not draining.
+// Ready is true with a policy and not draining, unless the policy gives
+// this dispatcher no slot while the pool has some (see holdsNoSlot).
 func (d *Dispatcher) Ready() (bool, string) {
+	p := d.pol.Load()
 	switch {
 	case d.srv.Draining():
 		return false, "draining"
-	case d.pol.Load() == nil:
+	case p == nil:
 		return false, "no policy yet"
+	case holdsNoSlot(p):
+		return false, fmt.Sprintf("this dispatcher holds no slot of pool %s (policy version %d gives it 0 slots with %d ready backends, in Local mode): it would refuse every request, so it asks to be routed around",
+			p.Pool, p.Version, len(p.Backends))
 	}
 	return true, ""
+}
+
+// holdsNoSlot says whether p leaves this dispatcher without a share of a
+// pool that can serve: Local mode, 0 slots and at least one ready backend.
+// That is a pool with fewer slots than dispatchers, or a dispatcher the
+// controller took the share of because it was failing. With no backends
+// (no ready replica, or a pool at zero holding requests for its cold
+// start) every dispatcher is in the same place and stays Ready, so the
+// Service still has endpoints that answer; in Redis mode each holds the
+// pool-wide numbers.
+func holdsNoSlot(p *policy.Policy) bool {
+	return p.SharedState != policy.StateRedis && p.Slots == 0 && len(p.Backends) > 0
 }
 
 // levels feeds the scrape-time metrics.
@@ -261,6 +297,7 @@ func (d *Dispatcher) levels() metrics.Snapshot {
 		s.Backends[l.Address] = l.Outstanding
 		s.BackendHealth[l.Address] = metrics.BackendHealth{Ejected: l.Ejected, Ejections: l.Ejections}
 	}
+	s.BodyBytes, s.BodyBudget = d.srv.Bodies()
 	return s
 }
 

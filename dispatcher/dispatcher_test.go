@@ -79,6 +79,46 @@ func TestApplyVersions(t *testing.T) {
 	}
 }
 
+// A dispatcher whose Local-mode policy gives it no slot of a pool that
+// has ready backends is NotReady, and Ready again once it holds slots; with
+// no backends (no ready replica, or held for a cold start) or in Redis mode
+// it stays Ready.
+func TestReadyHoldsNoSlot(t *testing.T) {
+	d, err := New(Config{Log: logr.Discard()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type out struct {
+		Ready bool
+		Why   string
+	}
+	noSlot := out{false, "this dispatcher holds no slot of pool p (policy version 2 gives it 0 slots with 1 ready backends, in Local mode): it would refuse every request, so it asks to be routed around"}
+	for i, st := range []struct {
+		name   string
+		mutate func(*policy.Policy)
+		slots  int
+		want   out
+	}{
+		{"holds slots", nil, 2, out{true, ""}},
+		{"no slot, backends ready", nil, 0, noSlot},
+		{"no slot and no backend: the whole pool is down", func(p *policy.Policy) { p.Backends = nil }, 0, out{true, ""}},
+		{"Redis mode", func(p *policy.Policy) { p.SharedState = policy.StateRedis }, 0, out{true, ""}},
+		{"slots again", nil, 1, out{true, ""}},
+	} {
+		p := pol(int64(i+1), st.slots)
+		if st.mutate != nil {
+			st.mutate(p)
+		}
+		if _, err := d.Apply(p); err != nil {
+			t.Fatal(err)
+		}
+		want := out{st.want.Ready, strings.ReplaceAll(st.want.Why, "version 2", fmt.Sprintf("version %d", i+1))}
+		if ok, why := d.Ready(); (out{ok, why}) != want {
+			t.Errorf("%s: Ready() = %v %q, want %+v", st.name, ok, why, want)
+		}
+	}
+}
+
 func TestConfigValidate(t *testing.T) {
 	tests := map[string]struct {
 		cfg     Config
@@ -89,6 +129,10 @@ func TestConfigValidate(t *testing.T) {
 		"negative body":  {cfg: Config{MaxBodyBytes: -2}, wantErr: "--max-body-bytes must be > 0, got -2"},
 		"bad ejection": {cfg: Config{Health: balancer.Health{BaseEjection: time.Minute, MaxEjection: time.Second}},
 			wantErr: "--backend-ejection-base 1m0s must be > 0 and at most --backend-ejection-max 1s"},
+		"a body budget smaller than the largest body": {cfg: Config{MaxBodyBytes: 8 << 20, MaxQueuedBytes: 4 << 20},
+			wantErr: "--max-queued-bytes (4 MiB) must be at least --max-body-bytes (8 MiB): a body of the largest size would never fit"},
+		"a negative body budget": {cfg: Config{MaxQueuedBytes: -1},
+			wantErr: "--max-queued-bytes (-1 bytes) must be at least --max-body-bytes (4 MiB): a body of the largest size would never fit"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

@@ -9,6 +9,15 @@
 // metrics, in that order, so a tier is known to the queue before a request
 // can name it.
 //
+// Readiness (/readyz): Ready with a policy and not draining, except that a
+// dispatcher whose Local-mode policy gives it 0 slots while the pool has
+// ready backends reports NotReady. It would refuse every request with 503;
+// NotReady makes the Service send them to the dispatchers that hold the
+// slots. That happens when the pool has fewer slots than dispatchers, or
+// when the controller moved a failing pod's share to the others. With no
+// backend at all (no ready replica, or a pool at zero holding requests for
+// its cold start) every dispatcher stays Ready.
+//
 // Shutdown (the context of Serve ends, e.g. on SIGTERM): keep-alives stop
 // (idle connections close, every response says Connection: close, so
 // pooled clients reconnect elsewhere); a moment later readyz fails and new

@@ -266,8 +266,8 @@ type ModelPoolStatus struct {
 	DesiredReplicas int32 `json:"desiredReplicas"`
 
 	// conditions: Ready, Synced, Degraded, AgeingHorizonExceedsClientTimeout,
-	// AutoscalerUnavailable, TenantHeaderUnprotected (TrustedHeader mode)
-	// and JWKSReady (JWT mode).
+	// AutoscalerUnavailable, FewerSlotsThanDispatchers, TenantHeaderUnprotected
+	// (TrustedHeader mode) and JWKSReady (JWT mode).
 	// +listType=map
 	// +listMapKey=type
 	// +optional
@@ -282,6 +282,11 @@ const (
 	// ModelPoolAutoscalerUnavailable is True when spec.autoscaling is set
 	// but its ScaledObject cannot be put in place.
 	ModelPoolAutoscalerUnavailable = "AutoscalerUnavailable"
+
+	// ModelPoolFewerSlotsThanDispatchers is True when, in Local mode, the
+	// pool has fewer slots than healthy dispatchers: those left without a
+	// slot report NotReady and serve nothing.
+	ModelPoolFewerSlotsThanDispatchers = "FewerSlotsThanDispatchers"
 )
 
 // ModelPoolReason is the Reason of a ModelPool condition.
@@ -314,6 +319,10 @@ const (
 	ReasonNoPrometheusAddress     ModelPoolReason = "NoPrometheusAddress"
 	ReasonScaledObjectConflict    ModelPoolReason = "ScaledObjectNotOwned"
 	ReasonScaledObjectWriteFailed ModelPoolReason = "ScaledObjectWriteFailed"
+
+	// Reasons of FewerSlotsThanDispatchers.
+	ReasonFewerSlotsThanDispatchers ModelPoolReason = "FewerSlotsThanDispatchers"
+	ReasonDispatchersHoldSlots      ModelPoolReason = "DispatchersHoldSlots"
 )
 
 // +kubebuilder:object:root=true

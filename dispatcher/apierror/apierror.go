@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/tiergate/tiergate/dispatcher/budget"
 	"github.com/tiergate/tiergate/dispatcher/identity"
 	"github.com/tiergate/tiergate/dispatcher/queue"
 )
@@ -28,6 +29,7 @@ var statuses = map[string]int{
 	queue.CauseRequestTimeout:   http.StatusRequestTimeout,
 	queue.CauseBackendError:     http.StatusBadGateway,
 	queue.CauseMethodNotAllowed: http.StatusMethodNotAllowed,
+	queue.CauseOverloaded:       http.StatusServiceUnavailable,
 }
 
 // statusOf is the HTTP status of a cause; 500 for one that statuses lacks,
@@ -251,4 +253,18 @@ func MethodNotAllowed(method string) *Error {
 // BackendError is the 502 for a backend that failed before answering.
 func BackendError(tier string) *Error {
 	return newError(queue.CauseBackendError, tier, "the model backend failed before answering")
+}
+
+// overloadedRetry is the Retry-After of an overloaded refusal: queued
+// bodies leave the budget as their requests are dispatched, within about a
+// service time, and clients spread their retries.
+const overloadedRetry = time.Second
+
+// Overloaded is the 503 of a request whose body would take the bodies the
+// dispatcher holds past its budget of limit bytes.
+func Overloaded(tier string, limit int64) *Error {
+	e := newError(queue.CauseOverloaded, tier,
+		fmt.Sprintf("queued request bodies would exceed the dispatcher's %s budget (--max-queued-bytes); retry shortly or on another instance", budget.FormatBytes(limit)))
+	e.RetryAfter = overloadedRetry
+	return e
 }

@@ -6,7 +6,8 @@
 //     rejections_total, abandoned_total, requests_total), kept in vectors;
 //   - levels read at scrape time from a Snapshot function (queue_length,
 //     queue_bound, oldest_queued_age_seconds, inflight, slots, utilisation,
-//     backend_inflight, policy_version), so they are never stale and a tier
+//     backend_inflight, policy_version, queued_body_bytes and
+//     queued_body_budget_bytes), so they are never stale and a tier
 //     or backend that went away simply stops appearing.
 //
 // SetTiers deletes the event series of tiers (and of a pool) that the

@@ -34,6 +34,9 @@ type Snapshot struct {
 	Tiers           map[string]TierLevel
 	// Backends maps address to outstanding requests.
 	Backends map[string]int64
+	// BodyBytes is what the bodies being read and queued hold of the
+	// BodyBudget (--max-queued-bytes).
+	BodyBytes, BodyBudget int64
 	// BackendHealth maps address to its passive health.
 	BackendHealth map[string]BackendHealth
 }
@@ -56,6 +59,7 @@ type Metrics struct {
 
 	queueLength, queueBound, oldestAge, inflight, slots, utilisation, backendInflight, policyVersion *prometheus.Desc
 	backendEjected, backendEjections                                                                 *prometheus.Desc
+	bodyBytes, bodyBudget                                                                            *prometheus.Desc
 
 	mu    sync.Mutex
 	pool  string
@@ -101,6 +105,8 @@ func New(reg prometheus.Registerer, snapshot func() Snapshot) (*Metrics, error) 
 			"1 while passive health checking keeps the backend out of service (ejected, or waiting for its probe), else 0.", []string{"pool", "backend"}, nil),
 		backendEjections: prometheus.NewDesc("tiergate_backend_ejections_total",
 			"Times the backend was ejected for failing requests in a row.", []string{"pool", "backend"}, nil),
+		bodyBytes:  prometheus.NewDesc("tiergate_queued_body_bytes", "Bytes of the request bodies being read or queued, charged to --max-queued-bytes.", []string{"pool"}, nil),
+		bodyBudget: prometheus.NewDesc("tiergate_queued_body_budget_bytes", "The budget of queued request bodies (--max-queued-bytes); past it requests get 503 overloaded.", []string{"pool"}, nil),
 	}
 	for _, c := range []prometheus.Collector{m.queueWait, m.service, m.rejections, m.abandoned, m.requests, levels{m}} {
 		if err := reg.Register(c); err != nil {
@@ -166,7 +172,7 @@ type levels struct{ m *Metrics }
 
 func (l levels) Describe(ch chan<- *prometheus.Desc) {
 	m := l.m
-	for _, d := range []*prometheus.Desc{m.queueLength, m.queueBound, m.oldestAge, m.inflight, m.slots, m.utilisation, m.backendInflight, m.policyVersion, m.backendEjected, m.backendEjections} {
+	for _, d := range []*prometheus.Desc{m.queueLength, m.queueBound, m.oldestAge, m.inflight, m.slots, m.utilisation, m.backendInflight, m.policyVersion, m.backendEjected, m.backendEjections, m.bodyBytes, m.bodyBudget} {
 		ch <- d
 	}
 }
@@ -204,4 +210,6 @@ func (l levels) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(m.backendEjections, prometheus.CounterValue, float64(h.Ejections), s.Pool, addr)
 	}
 	gauge(m.policyVersion, float64(s.PolicyVersion), s.Pool)
+	gauge(m.bodyBytes, float64(s.BodyBytes), s.Pool)
+	gauge(m.bodyBudget, float64(s.BodyBudget), s.Pool)
 }

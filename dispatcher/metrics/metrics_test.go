@@ -35,6 +35,7 @@ func TestLevels(t *testing.T) {
 				},
 				Backends:      map[string]int64{"10.0.0.7:8000": 2, "10.0.0.8:8000": 1},
 				BackendHealth: map[string]BackendHealth{"10.0.0.7:8000": {Ejections: 2}, "10.0.0.8:8000": {Ejected: true, Ejections: 3}},
+				BodyBytes:     12288, BodyBudget: 128 << 20,
 			},
 			want: `
 # HELP tiergate_backend_ejected 1 while passive health checking keeps the backend out of service (ejected, or waiting for its probe), else 0.
@@ -67,6 +68,12 @@ tiergate_queue_bound{pool="default/llm",tier="premium"} 20
 # TYPE tiergate_queue_length gauge
 tiergate_queue_length{pool="default/llm",tier="free"} 0
 tiergate_queue_length{pool="default/llm",tier="premium"} 2
+# HELP tiergate_queued_body_budget_bytes The budget of queued request bodies (--max-queued-bytes); past it requests get 503 overloaded.
+# TYPE tiergate_queued_body_budget_bytes gauge
+tiergate_queued_body_budget_bytes{pool="default/llm"} 1.34217728e+08
+# HELP tiergate_queued_body_bytes Bytes of the request bodies being read or queued, charged to --max-queued-bytes.
+# TYPE tiergate_queued_body_bytes gauge
+tiergate_queued_body_bytes{pool="default/llm"} 12288
 # HELP tiergate_slots Slots of this dispatcher (its share of the pool's concurrency).
 # TYPE tiergate_slots gauge
 tiergate_slots{pool="default/llm"} 4
@@ -78,7 +85,8 @@ tiergate_utilisation{pool="default/llm"} 0.75
 	}
 	names := []string{"tiergate_queue_length", "tiergate_queue_bound", "tiergate_oldest_queued_age_seconds", "tiergate_inflight",
 		"tiergate_slots", "tiergate_utilisation", "tiergate_backend_inflight", "tiergate_policy_version",
-		"tiergate_backend_ejected", "tiergate_backend_ejections_total"}
+		"tiergate_backend_ejected", "tiergate_backend_ejections_total",
+		"tiergate_queued_body_bytes", "tiergate_queued_body_budget_bytes"}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			reg := prometheus.NewPedanticRegistry()
@@ -117,7 +125,7 @@ func TestEventsAndTierDeletion(t *testing.T) {
 # TYPE tiergate_abandoned_total counter
 tiergate_abandoned_total{pool="p",stage="inflight",tier="premium"} 1
 tiergate_abandoned_total{pool="p",stage="queued",tier="free"} 1
-# HELP tiergate_rejections_total Refused requests by cause (capacity, tenant_limit, unauthenticated, unknown_tenant, unavailable, draining, queue_timeout, body_too_large, bad_request, request_timeout, backend_error, method_not_allowed).
+# HELP tiergate_rejections_total Refused requests by cause (capacity, tenant_limit, unauthenticated, unknown_tenant, unavailable, draining, queue_timeout, body_too_large, bad_request, request_timeout, backend_error, method_not_allowed, overloaded).
 # TYPE tiergate_rejections_total counter
 tiergate_rejections_total{cause="capacity",pool="p",tier="premium"} 2
 tiergate_rejections_total{cause="tenant_limit",pool="p",tier="free"} 1
@@ -141,7 +149,7 @@ tiergate_requests_total{code="429",pool="p",tier="free"} 1
 # HELP tiergate_abandoned_total Requests whose client went away, by stage (queued, dispatch, inflight).
 # TYPE tiergate_abandoned_total counter
 tiergate_abandoned_total{pool="p",stage="inflight",tier="premium"} 1
-# HELP tiergate_rejections_total Refused requests by cause (capacity, tenant_limit, unauthenticated, unknown_tenant, unavailable, draining, queue_timeout, body_too_large, bad_request, request_timeout, backend_error, method_not_allowed).
+# HELP tiergate_rejections_total Refused requests by cause (capacity, tenant_limit, unauthenticated, unknown_tenant, unavailable, draining, queue_timeout, body_too_large, bad_request, request_timeout, backend_error, method_not_allowed, overloaded).
 # TYPE tiergate_rejections_total counter
 tiergate_rejections_total{cause="capacity",pool="p",tier="premium"} 2
 tiergate_rejections_total{cause="unauthenticated",pool="p",tier=""} 1

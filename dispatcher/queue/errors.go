@@ -93,6 +93,7 @@ const (
 	CauseRequestTimeout   = "request_timeout"    // 408: the body arrived too slowly
 	CauseBackendError     = "backend_error"      // 502: the backend failed before answering
 	CauseMethodNotAllowed = "method_not_allowed" // 405: CONNECT, which the dispatcher never tunnels
+	CauseOverloaded       = "overloaded"         // 503: the bodies held would exceed --max-queued-bytes
 )
 
 // Causes lists every cause above, in that order; each call returns a new
@@ -102,5 +103,6 @@ func Causes() []string {
 		CauseCapacity, CauseTenantLimit, CauseUnauthenticated, CauseUnknownTenant, CauseUnavailable,
 		CauseDraining, CauseQueueTimeout, CauseBodyTooLarge, CauseBadRequest, CauseRequestTimeout, CauseBackendError,
 		CauseMethodNotAllowed,
+		CauseOverloaded,
 	}
 }

@@ -23,6 +23,21 @@
 // before admission, so a slow uploader never holds a slot and an oversized
 // body gets a clean 413.
 //
+// Bodies being read and queued share one memory budget (MaxQueuedBytes,
+// dispatcher/budget). A body's buffer grows as its bytes arrive, doubling
+// from 4 KiB up to its declared length (or MaxBodyBytes), and every growth
+// is charged before it is made, so a request holds at most twice what it
+// sent plus 4 KiB, and a large declared Content-Length reserves nothing.
+// A request whose declared length does not fit what is free, or whose
+// buffer would outgrow it, gets 503 overloaded at once; the rest of its
+// body is then read and thrown away (bounded by MaxBodyBytes and
+// BodyTimeout, holding nothing) so that clients still sending see the
+// answer instead of a broken pipe, and the connection is closed. The charge is released
+// once, when the request is dispatched (from then on it is in flight, and
+// the slots bound the bodies in flight to slots × MaxBodyBytes), or when
+// it ends any other way: refused, abandoned, expired or drained. Exempt
+// paths stream their body to the backend, hold none and are not charged.
+//
 // requests_total is counted once per request, in ServeHTTP, from the status
 // a capturing writer saw; the data path overrides it only with 499 (the
 // client left first) or 502 (the backend cut a stream it had started).

@@ -15,6 +15,7 @@ import (
 
 	"github.com/tiergate/tiergate/dispatcher/apierror"
 	"github.com/tiergate/tiergate/dispatcher/balancer"
+	"github.com/tiergate/tiergate/dispatcher/budget"
 	"github.com/tiergate/tiergate/dispatcher/identity"
 	"github.com/tiergate/tiergate/dispatcher/metrics"
 	"github.com/tiergate/tiergate/dispatcher/policy"
@@ -31,6 +32,10 @@ type Config struct {
 	MaxBodyBytes int64
 	// BodyTimeout bounds the time to receive a body; slower gets 408.
 	BodyTimeout time.Duration
+	// MaxQueuedBytes is the budget of the bodies being read and queued;
+	// a request whose body would exceed it gets 503 overloaded. It must be
+	// at least MaxBodyBytes.
+	MaxQueuedBytes int64
 	// Transport reaches the backends; nil builds a pooled http.Transport.
 	Transport http.RoundTripper
 	Log       logr.Logger
@@ -38,8 +43,9 @@ type Config struct {
 
 // Defaults of Config.
 const (
-	DefaultMaxBodyBytes = 4 << 20
-	DefaultBodyTimeout  = 30 * time.Second
+	DefaultMaxBodyBytes   = 4 << 20
+	DefaultBodyTimeout    = 30 * time.Second
+	DefaultMaxQueuedBytes = budget.DefaultNoLimit
 )
 
 func (c *Config) validate() error {
@@ -48,6 +54,10 @@ func (c *Config) validate() error {
 	}
 	if c.BodyTimeout <= 0 {
 		return fmt.Errorf("server: BodyTimeout must be > 0, got %s", c.BodyTimeout)
+	}
+	if c.MaxQueuedBytes < c.MaxBodyBytes {
+		return fmt.Errorf("server: MaxQueuedBytes (%s) must be at least MaxBodyBytes (%s), or a body of the largest size would never fit",
+			budget.FormatBytes(c.MaxQueuedBytes), budget.FormatBytes(c.MaxBodyBytes))
 	}
 	return nil
 }
@@ -68,6 +78,7 @@ type Server struct {
 	bal      *balancer.Balancer
 	m        *metrics.Metrics
 	proxy    *httputil.ReverseProxy
+	bodies   *budget.Budget
 	cur      atomic.Pointer[state]
 	draining atomic.Bool
 	active   atomic.Int64
@@ -82,13 +93,20 @@ func New(cfg Config, q *queue.Queue, bal *balancer.Balancer, m *metrics.Metrics)
 	if cfg.BodyTimeout == 0 {
 		cfg.BodyTimeout = DefaultBodyTimeout
 	}
+	if cfg.MaxQueuedBytes == 0 {
+		cfg.MaxQueuedBytes = DefaultMaxQueuedBytes
+	}
 	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	bodies, err := budget.New(cfg.MaxQueuedBytes)
+	if err != nil {
 		return nil, err
 	}
 	if cfg.Transport == nil {
 		cfg.Transport = NewTransport()
 	}
-	s := &Server{cfg: cfg, q: q, bal: bal, m: m, idle: make(chan struct{}, 1)}
+	s := &Server{cfg: cfg, q: q, bal: bal, m: m, bodies: bodies, idle: make(chan struct{}, 1)}
 	s.proxy = &httputil.ReverseProxy{
 		Rewrite:        rewrite,
 		Transport:      cfg.Transport,
@@ -142,6 +160,10 @@ func (s *Server) StartDrain() { s.draining.Store(true) }
 
 // Draining says whether StartDrain was called.
 func (s *Server) Draining() bool { return s.draining.Load() }
+
+// Bodies are the bytes of request bodies charged to the budget now (being
+// read or queued) and the budget.
+func (s *Server) Bodies() (held, limit int64) { return s.bodies.Used(), s.bodies.Limit() }
 
 // Active is the number of requests inside the handler.
 func (s *Server) Active() int64 { return s.active.Load() }
@@ -217,21 +239,32 @@ func (s *Server) serve(x *exchange, r *http.Request) {
 		s.forwardExempt(x, r, st, who)
 		return
 	}
-	body, aerr := s.readBody(x.sw.ResponseWriter, r)
+	// The body is charged to the budget while it is read and queued; it
+	// leaves it at dispatch, or here on every other end.
+	charge := s.bodies.Open()
+	defer charge.Release()
+	body, aerr := s.readBody(x.sw.ResponseWriter, r, who.Tier, &charge)
 	if aerr != nil {
 		s.refuse(x, aerr)
+		if aerr.Cause == queue.CauseOverloaded {
+			began := charge.Bytes() > 0
+			charge.Release()
+			s.discardBody(x.sw.ResponseWriter, r, began)
+		}
 		return
 	}
 	if body == nil {
 		s.clientGone(x, "")
 		return
 	}
-	s.queueAndForward(x, r, st, who, body)
+	s.queueAndForward(x, r, st, who, body, &charge)
 }
 
 // queueAndForward admits the request, waits for its slot and forwards it,
-// releasing the slot exactly once.
-func (s *Server) queueAndForward(x *exchange, r *http.Request, st *state, who identity.Identity, body []byte) {
+// releasing the slot exactly once. The body's charge is released once the
+// request is dispatched: from then on it is in flight, where the slots
+// bound how many bodies are held.
+func (s *Server) queueAndForward(x *exchange, r *http.Request, st *state, who identity.Identity, body []byte, charge *budget.Charge) {
 	h, err := s.q.Admit(who.Tenant, who.Tier)
 	if err != nil {
 		s.refuse(x, apierror.FromQueue(err, who.Tenant, who.Tier, st.tierWait[who.Tier], st.clientTimeout))
@@ -246,6 +279,7 @@ func (s *Server) queueAndForward(x *exchange, r *http.Request, st *state, who id
 		s.refuse(x, apierror.FromQueue(err, who.Tenant, who.Tier, st.tierWait[who.Tier], st.clientTimeout))
 		return
 	}
+	charge.Release()
 	dispatched := time.Now()
 	defer func() {
 		// Only a served request measures the service time (see ReleaseServed).

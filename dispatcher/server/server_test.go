@@ -105,6 +105,13 @@ type fixture struct {
 
 func newFixture(t *testing.T, p *policy.Policy) *fixture {
 	t.Helper()
+	return newFixtureConfig(t, p, Config{})
+}
+
+// newFixtureConfig is newFixture with cfg's limits (its Log and Transport
+// are the fixture's).
+func newFixtureConfig(t *testing.T, p *policy.Policy, cfg Config) *fixture {
+	t.Helper()
 	be := &backend{}
 	bts := httptest.NewServer(be)
 	f := &fixture{be: be, backend: bts, reg: prometheus.NewRegistry()}
@@ -115,7 +122,8 @@ func newFixture(t *testing.T, p *policy.Policy) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.srv, err = New(Config{Log: logr.Discard(), Transport: &http.Transport{}}, f.q, bal, m)
+	cfg.Log, cfg.Transport = logr.Discard(), &http.Transport{}
+	f.srv, err = New(cfg, f.q, bal, m)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -258,6 +266,8 @@ func TestConfigValidate(t *testing.T) {
 		"defaults":         {cfg: Config{}},
 		"negative body":    {cfg: Config{MaxBodyBytes: -1}, wantErr: "server: MaxBodyBytes must be > 0, got -1"},
 		"negative timeout": {cfg: Config{BodyTimeout: -time.Second}, wantErr: "server: BodyTimeout must be > 0, got -1s"},
+		"a budget smaller than the largest body": {cfg: Config{MaxBodyBytes: 4 << 20, MaxQueuedBytes: 1 << 20},
+			wantErr: "server: MaxQueuedBytes (1 MiB) must be at least MaxBodyBytes (4 MiB), or a body of the largest size would never fit"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

@@ -34,6 +34,8 @@ type DispatcherOptions struct {
 	Policy any
 	// Args are more flags.
 	Args []string
+	// Env is added to the test's environment.
+	Env []string
 	// Ready is the admin path that must answer 200 before StartDispatcher
 	// returns (default /healthz; /readyz needs a policy), within
 	// ReadyTimeout (default 20s).
@@ -81,7 +83,11 @@ func StartDispatcher(t testing.TB, bin string, o DispatcherOptions) *Dispatcher 
 		WritePolicyFile(t, d.PolicyFile, o.Policy)
 		args = append(args, "--policy-file", d.PolicyFile)
 	}
-	d.Process = StartT(t, exec.Command(bin, append(args, o.Args...)...), o.Options)
+	cmd := exec.Command(bin, append(args, o.Args...)...)
+	if o.Env != nil {
+		cmd.Env = append(os.Environ(), o.Env...)
+	}
+	d.Process = StartT(t, cmd, o.Options)
 	WaitHTTP(t, d.Process, d.AdminURL(o.Ready), http.StatusOK, o.ReadyTimeout)
 	return d
 }

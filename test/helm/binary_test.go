@@ -75,14 +75,15 @@ func flagsOf(t *testing.T, sub string) map[string]bool {
 	return flags
 }
 
-// args returns a Deployment container's arguments.
+// args returns a Deployment container's arguments, with the $(VAR)
+// references of its env expanded as the kubelet does (expandEnv).
 func args(t *testing.T, deploy *unstructured.Unstructured) []string {
 	t.Helper()
 	var out []string
 	for _, a := range container(t, deploy)["args"].([]any) {
 		out = append(out, a.(string))
 	}
-	return out
+	return expandEnv(t, container(t, deploy), out)
 }
 
 func TestChartFlagsExist(t *testing.T) {

@@ -54,6 +54,7 @@ func TestDefaultObjects(t *testing.T) {
 				"--admin-token-file=/var/run/tiergate/push-token/token",
 				"--drain-timeout=30s",
 				"--state=local",
+				"--memory-limit=$(TIERGATE_MEMORY_LIMIT)",
 			}},
 		}
 		for name, tc := range tests {
@@ -368,6 +369,7 @@ func TestRedisFlags(t *testing.T) {
 				"dispatcher", "--listen=:8080", "--admin-listen=:9090",
 				"--admin-token-file=/var/run/tiergate/push-token/token", "--drain-timeout=30s",
 			}, tc.wantArgs...)
+			want = append(want, "--memory-limit=$(TIERGATE_MEMORY_LIMIT)") // the default 512Mi limit
 			if diff := cmp.Diff(want, args); diff != "" {
 				t.Errorf("args (-want +got):\n%s", diff)
 			}
@@ -530,6 +532,18 @@ func TestBadValues(t *testing.T) {
 		"grace period not above preStop + drain": {
 			set:  "dispatcher.terminationGracePeriodSeconds=35",
 			want: failAt + "dispatcher.terminationGracePeriodSeconds (35) must be greater than dispatcher.preStopSleepSeconds + dispatcher.drainTimeoutSeconds (35), or in-flight requests are killed while draining",
+		},
+		"body budget below the largest body": {
+			set:  "dispatcher.maxQueuedBytes=1048576,dispatcher.maxBodyBytes=2097152",
+			want: failAt + "dispatcher.maxQueuedBytes (1048576) must be at least dispatcher.maxBodyBytes (2097152), or a body of the largest size would never fit",
+		},
+		"body budget below the default largest body": {
+			set:  "dispatcher.maxQueuedBytes=1048576",
+			want: failAt + "dispatcher.maxQueuedBytes (1048576) must be at least dispatcher.maxBodyBytes (4194304), or a body of the largest size would never fit",
+		},
+		"negative body budget": {
+			set:  "dispatcher.maxQueuedBytes=-1",
+			want: schema + "- at '/dispatcher/maxQueuedBytes': minimum: got -1, want 0",
 		},
 		"data and admin port equal": {
 			set:  "dispatcher.adminPort=8080",

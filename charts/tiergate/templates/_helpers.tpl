@@ -144,6 +144,9 @@ controller pushes with the token it created.
 {{- if le (int $d.terminationGracePeriodSeconds) (add $d.preStopSleepSeconds $d.drainTimeoutSeconds | int) }}
 {{- fail (printf "dispatcher.terminationGracePeriodSeconds (%d) must be greater than dispatcher.preStopSleepSeconds + dispatcher.drainTimeoutSeconds (%d), or in-flight requests are killed while draining" (int $d.terminationGracePeriodSeconds) (add $d.preStopSleepSeconds $d.drainTimeoutSeconds | int)) }}
 {{- end }}
+{{- if and $d.maxQueuedBytes (lt (int64 $d.maxQueuedBytes) (int64 (default 4194304 $d.maxBodyBytes))) }}
+{{- fail (printf "dispatcher.maxQueuedBytes (%d) must be at least dispatcher.maxBodyBytes (%d), or a body of the largest size would never fit" (int64 $d.maxQueuedBytes) (int64 (default 4194304 $d.maxBodyBytes))) }}
+{{- end }}
 {{- if eq (int $d.dataPort) (int $d.adminPort) }}
 {{- fail (printf "dispatcher.dataPort and dispatcher.adminPort must differ (both are %d)" (int $d.dataPort)) }}
 {{- end }}
