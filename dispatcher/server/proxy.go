@@ -25,6 +25,7 @@ import (
 type exchange struct {
 	sw         statusWriter
 	pool, tier string
+	st         *state // the policy the request started under
 
 	backend     *balancer.Backend // of the attempt in progress
 	id          *identity.Identifier
@@ -43,6 +44,15 @@ func getExchange(w http.ResponseWriter, draining *atomic.Bool) *exchange {
 	x.sw.ResponseWriter = w
 	x.sw.draining = draining
 	return x
+}
+
+// series is the metric series of the exchange's pool and tier, or nil when
+// the policy it started under has no such tier (or there was none).
+func (x *exchange) series() *metrics.Series {
+	if x.st == nil || x.st.pool != x.pool {
+		return nil
+	}
+	return x.st.series[x.tier]
 }
 
 func putExchange(x *exchange) {
@@ -176,7 +186,7 @@ func (s *Server) forward(x *exchange, r *http.Request, st *state, who identity.I
 	}
 	switch {
 	case x.failed:
-		s.m.Reject(x.pool, x.tier, queue.CauseBackendError)
+		s.reject(x, queue.CauseBackendError)
 	case x.status == 0:
 		// The client left before the backend answered.
 		s.clientGone(x, metrics.StageInflight)
