@@ -82,6 +82,7 @@ func BenchmarkServeHTTP(b *testing.B) {
 			resp, _ := cannedTransport{}.RoundTrip(req)
 			rec.WriteHeader(resp.StatusCode)
 			_, _ = io.Copy(rec, resp.Body)
+			_ = resp.Body.Close()
 		}
 	})
 	b.Run("proxied", func(b *testing.B) {
