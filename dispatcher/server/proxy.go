@@ -126,6 +126,18 @@ func (w *statusWriter) status() int {
 	return w.code
 }
 
+// bodyReader is a request body read from memory: one allocation where
+// io.NopCloser(bytes.NewReader(b)) takes two.
+type bodyReader struct{ bytes.Reader }
+
+func newBodyReader(b []byte) *bodyReader {
+	r := &bodyReader{}
+	r.Reset(b)
+	return r
+}
+
+func (*bodyReader) Close() error { return nil }
+
 type exchangeKey struct{}
 
 func rewrite(pr *httputil.ProxyRequest) {
@@ -204,9 +216,9 @@ func (s *Server) forward(x *exchange, r *http.Request, st *state, who identity.I
 func (s *Server) attempt(x *exchange, r, out *http.Request, p balancer.Picked, body []byte) (retry bool) {
 	x.backend, x.status, x.failed, x.unreachable = p.Backend, 0, false, false
 	if body != nil {
-		out.Body = io.NopCloser(bytes.NewReader(body))
+		out.Body = newBodyReader(body)
 		out.ContentLength = int64(len(body))
-		out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+		out.GetBody = func() (io.ReadCloser, error) { return newBodyReader(body), nil }
 		if len(body) == 0 {
 			out.Body = http.NoBody
 		}

@@ -19,7 +19,7 @@ import (
 )
 
 // Fixed concurrency of the throughput benchmark, and the open-loop rate of
-// the latency benchmark (the 1,000 requests/s).
+// the latency benchmark.
 const (
 	concurrency = 32
 	latencyRate = 1000
