@@ -1,14 +1,19 @@
 #!/usr/bin/env bash
 # Usage: hack/bench-dispatcher.sh [COUNT]
 #
-# The dispatcher's benchmarks (issue 4), all in one run on loopback:
+# The dispatcher's benchmarks, all in one run on loopback:
 #   - throughput and latency against simserver with zero service time,
 #     direct and through a plain httputil.ReverseProxy, nginx and tiergate;
 #   - 429 latency under 10x overload;
-#   - memory per queued request at 10,000 queued clients.
-# Each benchmark runs COUNT times (default 5); the summary prints medians
-# and ratios (Markdown, for docs/benchmarks.md "## Dispatcher"). Raw output
-# is kept in $BENCH_OUT (default bin/bench-dispatcher.txt).
+#   - memory per queued request at 10,000 queued clients;
+#   - time to first byte of a streamed (SSE) answer, direct and tiergate.
+# Latency, throughput and 429s are measured by two load generators: our own
+# (hack/bench, go test benchmarks) and vegeta (bin/vegeta, hack/tools.sh
+# vegeta). Each round runs every benchmark against every target, so a change
+# in the machine's load hits all of them alike; COUNT rounds (default 5),
+# and the summary prints medians over the rounds and ratios (Markdown, for
+# docs/benchmarks.md "## Dispatcher"). Raw output is kept in $BENCH_OUT
+# (default bin/bench-dispatcher.txt).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 count=${1:-5}
@@ -19,6 +24,8 @@ if ! command -v nginx >/dev/null 2>&1 && [[ ! -x /usr/sbin/nginx ]]; then
 	hack/ensure-deb.sh nginx
 fi
 NGINX=$(command -v nginx || echo /usr/sbin/nginx)
+hack/tools.sh vegeta >&2
+VEGETA=$PWD/bin/vegeta
 
 # 10,000 queued clients need as many descriptors in the dispatcher and in
 # the load generator.
@@ -41,6 +48,7 @@ trap cleanup EXIT
 go build -o "$tmp/tiergate" .
 go build -o "$tmp/simserver" ./hack/simserver
 go build -o "$tmp/rproxy" ./hack/bench/rproxy
+go build -o "$tmp/vegetastat" ./hack/bench/vegetastat
 
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
 wait_up() {
@@ -151,13 +159,31 @@ export BENCH_QUEUE=$QU BENCH_QUEUE_ADMIN=$QUA BENCH_QUEUE_TOKEN=$token
 # the run hits every target alike; medians are taken over the rounds.
 go test -c -o "$tmp/bench.test" ./hack/bench
 run() { "$tmp/bench.test" -test.run '^$' "$@" | grep '^Benchmark' | tee -a "$out"; }
+
+# vegeta NAME ADDR ARGS...: one vegeta attack on ADDR with ARGS, as a
+# benchmark line NAME (vegetastat). vegeta's defaults otherwise: its own
+# worker pool and keep-alive connections, response bodies read whole.
+printf '%s' '{"model":"sim-model","prompt":"hello","max_tokens":16}' >"$tmp/body.json"
+vegeta() {
+	local name=$1 addr=$2
+	shift 2
+	printf 'POST http://%s/v1/completions\nContent-Type: application/json\nX-Tenant-ID: bench\n@%s\n' "$addr" "$tmp/body.json" >"$tmp/targets"
+	"$VEGETA" attack -targets "$tmp/targets" "$@" | "$VEGETA" encode | "$tmp/vegetastat" -name "$name" | tee -a "$out"
+}
+declare -A addr=([direct]=$SIM [reverseproxy]=$RP [nginx]=$NG [tiergate]=$TG)
+targets=(direct reverseproxy nginx tiergate)
+
 : >"$out"
 for round in $(seq "$count"); do
 	echo "round $round/$count (load average: $(cut -d' ' -f1-3 /proc/loadavg))" >&2
 	start_queue
 	run -test.bench '^BenchmarkThroughput$' -test.benchtime 20000x
-	run -test.bench '^BenchmarkLatency1000$' -test.benchtime 3000x
+	for t in "${targets[@]}"; do vegeta "VegetaThroughput/$t" "${addr[$t]}" -rate 0 -workers 32 -max-workers 32 -duration 5s; done
+	run -test.bench '^BenchmarkLatency1000$' -test.benchtime 5000x
+	for t in "${targets[@]}"; do vegeta "VegetaLatency1000/$t" "${addr[$t]}" -rate 1000 -duration 5s; done
 	run -test.bench '^BenchmarkRefusal429$' -test.benchtime 4000x
+	vegeta VegetaRefusal429 "$OV" -rate 800 -duration 5s
+	run -test.bench '^BenchmarkFirstByte$' -test.benchtime 500x
 	run -test.bench '^BenchmarkQueuedMemory$' -test.benchtime 1x
 done
 echo

@@ -10,9 +10,12 @@
 #   pinned github.com/kedacore/keda/v2 module, which the suites install on
 #   the test API server (the module is only downloaded, never built or
 #   required by a go.mod)
+#   bin/vegeta, the load generator of make bench, from its own module
+#   hack/tools/vegeta (apart from hack/tools, so its dependencies cannot move
+#   the control plane's versions and a change to it does not rebuild bin/k8s)
 #
-# Usage: hack/tools.sh [k8s|helm|controller-gen|golangci-lint|govulncheck|vulndb|keda]...
-# (no argument: all of them)
+# Usage: hack/tools.sh [k8s|helm|controller-gen|golangci-lint|govulncheck|vulndb|keda|vegeta]...
+# (no argument: all of them but vegeta, which only make bench needs)
 #
 # Everything comes from the Go module proxy; nothing else is downloaded.
 # Each tool carries a stamp keyed on what it was built from (the pinned
@@ -40,17 +43,18 @@ export GOWORK=off
 groups=("$@")
 for g in "${groups[@]}"; do
 	case $g in
-	k8s | helm | controller-gen | golangci-lint | govulncheck | vulndb | keda) ;;
+	k8s | helm | controller-gen | golangci-lint | govulncheck | vulndb | keda | vegeta) ;;
 	*)
-		echo "tools: unknown tool $g (want k8s, helm, controller-gen, golangci-lint, govulncheck, vulndb or keda)" >&2
+		echo "tools: unknown tool $g (want k8s, helm, controller-gen, golangci-lint, govulncheck, vulndb, keda or vegeta)" >&2
 		exit 2
 		;;
 	esac
 done
 
-# wanted NAME: true when NAME was asked for, or nothing was.
+# wanted NAME: true when NAME was asked for, or nothing was (vegeta only
+# when asked for).
 wanted() {
-	[[ ${#groups[@]} -eq 0 ]] && return 0
+	[[ ${#groups[@]} -eq 0 && $1 != vegeta ]] && return 0
 	local g
 	for g in "${groups[@]}"; do
 		[[ $g == "$1" ]] && return 0
@@ -100,7 +104,8 @@ build_control_plane() {
 	minor=${minor%%.*}
 	local ldflags="-X k8s.io/component-base/version.gitVersion=${K8S_VERSION} -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=${minor}"
 	local files
-	mapfile -t files < <(cd "$root" && find hack/tools -name '*.go' -o -name go.mod -o -name go.sum | LC_ALL=C sort)
+	# hack/tools/vegeta is a module of its own, not part of the control plane.
+	mapfile -t files < <(cd "$root" && find hack/tools -path hack/tools/vegeta -prune -o \( -name '*.go' -o -name go.mod -o -name go.sum \) -print | LC_ALL=C sort)
 	local key stamp=$bin/k8s/.stamp
 	key=$(stamp_key "k8s $K8S_VERSION" "$ldflags" -- "${files[@]/#/$root/}")
 	if current "$stamp" "$key" "$bin/k8s/kube-apiserver" "$bin/k8s/etcd" "$bin/k8s/kubectl"; then
@@ -204,3 +209,20 @@ copy_keda_crd() {
 	echo "$key" >"$stamp"
 }
 if wanted keda; then copy_keda_crd; fi
+
+# build_vegeta: bin/vegeta from the tool directive of hack/tools/vegeta/go.mod.
+build_vegeta() {
+	local version ldflags key stamp=$bin/.vegeta.stamp
+	version=$(cd "$root/hack/tools/vegeta" && go list -m -f '{{.Version}}' github.com/tsenart/vegeta/v12)
+	ldflags="-X main.Version=$version"
+	key=$(stamp_key "vegeta $version" "$ldflags" -- "$root/hack/tools/vegeta/go.mod" "$root/hack/tools/vegeta/go.sum")
+	if current "$stamp" "$key" "$bin/vegeta"; then
+		echo "tools: bin/vegeta is current ($version)"
+		return
+	fi
+	echo "tools: building bin/vegeta $version"
+	rm -f "$stamp"
+	(cd "$root/hack/tools/vegeta" && go build -ldflags "$ldflags" -o "$bin/vegeta" github.com/tsenart/vegeta/v12)
+	echo "$key" >"$stamp"
+}
+if wanted vegeta; then build_vegeta; fi

@@ -11,9 +11,12 @@
 //     or backend that went away simply stops appearing.
 //
 // SetTiers deletes the event series of tiers (and of a pool) that the
-// current policy no longer has.
+// current policy no longer has. Series is one pool and tier's event series,
+// each looked up once and kept, so the data path pays no label hashing per
+// request.
 //
-// Concurrency: the vectors are safe for concurrent use; SetTiers is
+// Concurrency: the vectors and a Series (atomic pointers to its children)
+// are safe for concurrent use; SetTiers is
 // serialised by a mutex; the Snapshot function must be safe to call from
 // the scrape goroutine.
 package metrics

@@ -25,6 +25,7 @@ import (
 type exchange struct {
 	sw         statusWriter
 	pool, tier string
+	st         *state // the policy the request started under
 
 	backend     *balancer.Backend // of the attempt in progress
 	id          *identity.Identifier
@@ -43,6 +44,15 @@ func getExchange(w http.ResponseWriter, draining *atomic.Bool) *exchange {
 	x.sw.ResponseWriter = w
 	x.sw.draining = draining
 	return x
+}
+
+// series is the metric series of the exchange's pool and tier, or nil when
+// the policy it started under has no such tier (or there was none).
+func (x *exchange) series() *metrics.Series {
+	if x.st == nil || x.st.pool != x.pool {
+		return nil
+	}
+	return x.st.series[x.tier]
 }
 
 func putExchange(x *exchange) {
@@ -116,6 +126,18 @@ func (w *statusWriter) status() int {
 	return w.code
 }
 
+// bodyReader is a request body read from memory: one allocation where
+// io.NopCloser(bytes.NewReader(b)) takes two.
+type bodyReader struct{ bytes.Reader }
+
+func newBodyReader(b []byte) *bodyReader {
+	r := &bodyReader{}
+	r.Reset(b)
+	return r
+}
+
+func (*bodyReader) Close() error { return nil }
+
 type exchangeKey struct{}
 
 func rewrite(pr *httputil.ProxyRequest) {
@@ -176,7 +198,7 @@ func (s *Server) forward(x *exchange, r *http.Request, st *state, who identity.I
 	}
 	switch {
 	case x.failed:
-		s.m.Reject(x.pool, x.tier, queue.CauseBackendError)
+		s.reject(x, queue.CauseBackendError)
 	case x.status == 0:
 		// The client left before the backend answered.
 		s.clientGone(x, metrics.StageInflight)
@@ -194,9 +216,9 @@ func (s *Server) forward(x *exchange, r *http.Request, st *state, who identity.I
 func (s *Server) attempt(x *exchange, r, out *http.Request, p balancer.Picked, body []byte) (retry bool) {
 	x.backend, x.status, x.failed, x.unreachable = p.Backend, 0, false, false
 	if body != nil {
-		out.Body = io.NopCloser(bytes.NewReader(body))
+		out.Body = newBodyReader(body)
 		out.ContentLength = int64(len(body))
-		out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+		out.GetBody = func() (io.ReadCloser, error) { return newBodyReader(body), nil }
 		if len(body) == 0 {
 			out.Body = http.NoBody
 		}

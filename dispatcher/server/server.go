@@ -69,6 +69,9 @@ type state struct {
 	exempt        map[string]bool
 	tierWait      map[string]time.Duration
 	clientTimeout time.Duration
+	// series are the metric series of each tier, and of "" (refused
+	// before the tier was known), looked up once per policy.
+	series map[string]*metrics.Series
 }
 
 // Server is the data-port handler.
@@ -145,12 +148,14 @@ func (s *Server) SetPolicy(p *policy.Policy) {
 		exempt:        make(map[string]bool, len(p.ExemptPaths)),
 		tierWait:      make(map[string]time.Duration, len(p.Tiers)),
 		clientTimeout: time.Duration(p.ClientTimeoutSeconds * float64(time.Second)),
+		series:        map[string]*metrics.Series{"": s.m.Series(p.Pool, "")},
 	}
 	for _, e := range p.ExemptPaths {
 		st.exempt[e] = true
 	}
 	for _, t := range p.Tiers {
 		st.tierWait[t.Name] = time.Duration(t.TolerableWaitSeconds * float64(time.Second))
+		st.series[t.Name] = s.m.Series(p.Pool, t.Name)
 	}
 	s.cur.Store(st)
 }
@@ -198,7 +203,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	x := getExchange(w, &s.draining)
 	finished := false
 	defer func() {
-		s.m.Request(x.pool, x.tier, x.sw.status())
+		if se := x.series(); se != nil {
+			se.Request(x.sw.status())
+		} else {
+			s.m.Request(x.pool, x.tier, x.sw.status())
+		}
 		// After a panic (an aborted stream) the proxy may still hold x.
 		if finished {
 			putExchange(x)
@@ -210,6 +219,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) serve(x *exchange, r *http.Request) {
 	st := s.cur.Load()
+	x.st = st
 	if r.Method == http.MethodConnect {
 		if st != nil {
 			x.pool = st.pool
@@ -288,10 +298,18 @@ func (s *Server) queueAndForward(x *exchange, r *http.Request, st *state, who id
 		} else {
 			h.Release()
 		}
-		s.m.ObserveService(st.pool, who.Tier, time.Since(dispatched))
+		if se := x.series(); se != nil {
+			se.ObserveService(time.Since(dispatched))
+		} else {
+			s.m.ObserveService(st.pool, who.Tier, time.Since(dispatched))
+		}
 	}()
 	waited := h.Waited()
-	s.m.ObserveWait(st.pool, who.Tier, waited)
+	if se := x.series(); se != nil {
+		se.ObserveWait(waited)
+	} else {
+		s.m.ObserveWait(st.pool, who.Tier, waited)
+	}
 	if r.Context().Err() != nil {
 		s.clientGone(x, metrics.StageDispatch)
 		return
@@ -308,7 +326,17 @@ func (s *Server) refuse(x *exchange, e *apierror.Error) {
 	}
 	x.tier = e.Tier // a full queue's is the tier the policy in force gave
 	e.Write(&x.sw)
-	s.m.Reject(x.pool, x.tier, e.Cause)
+	s.reject(x, e.Cause)
+}
+
+// reject counts a refusal by cause, on the exchange's cached series when
+// the policy in force has its tier.
+func (s *Server) reject(x *exchange, cause string) {
+	if se := x.series(); se != nil {
+		se.Reject(cause)
+		return
+	}
+	s.m.Reject(x.pool, x.tier, cause)
 }
 
 // clientGone records that the client left; stage "" when it left before

@@ -11,6 +11,11 @@
 //	BENCH_QUEUE, BENCH_QUEUE_ADMIN, BENCH_QUEUE_PID
 //	    a tiergate whose only slot is held, for memory per queued request
 //
+// BenchmarkFirstByte times the first event of streamed answers through
+// BENCH_DIRECT and the proxies. hack/bench-dispatcher.sh also runs vegeta
+// against the same targets in each round (hack/bench/vegetastat turns its
+// results into benchmark lines for hack/bench/summarize).
+//
 // Every load loop is bounded by b.N and by a deadline, and talks only to
 // loopback addresses. The load generator is in this package (load.go).
 //

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"io"
@@ -27,10 +28,13 @@ func newClient(concurrency int) *http.Client {
 	}}
 }
 
-// outcome is one request's result.
+// outcome is one request's result. late is how long after its scheduled
+// time an open-loop request was sent (0 in a closed loop).
 type outcome struct {
 	code    int
 	latency time.Duration
+	late    time.Duration
+	sent    time.Time
 }
 
 // send does one POST /v1/completions to addr as the bench tenant.
@@ -44,11 +48,11 @@ func send(ctx context.Context, c *http.Client, addr string) outcome {
 	start := time.Now()
 	resp, err := c.Do(req)
 	if err != nil {
-		return outcome{latency: time.Since(start)}
+		return outcome{latency: time.Since(start), sent: start}
 	}
 	_, _ = io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
-	return outcome{code: resp.StatusCode, latency: time.Since(start)}
+	return outcome{code: resp.StatusCode, latency: time.Since(start), sent: start}
 }
 
 // result summarises a run.
@@ -58,6 +62,10 @@ type result struct {
 	elapsed   time.Duration
 	latencies []time.Duration // sorted, successful (2xx) requests only
 	byCode    map[int][]time.Duration
+	// late and fromSchedule (sorted, 2xx only): how late each request was
+	// sent, and its latency counted from when it was due, not from when it
+	// was sent (the coordinated-omission view).
+	late, fromSchedule []time.Duration
 }
 
 func (r result) quantile(q float64) time.Duration { return quantile(r.latencies, q) }
@@ -82,10 +90,14 @@ func summarise(outs [][]outcome, elapsed time.Duration) result {
 			r.byCode[x.code] = append(r.byCode[x.code], x.latency)
 			if x.code/100 == 2 {
 				r.latencies = append(r.latencies, x.latency)
+				r.late = append(r.late, x.late)
+				r.fromSchedule = append(r.fromSchedule, x.late+x.latency)
 			}
 		}
 	}
 	slices.Sort(r.latencies)
+	slices.Sort(r.late)
+	slices.Sort(r.fromSchedule)
 	for _, l := range r.byCode {
 		slices.Sort(l)
 	}
@@ -141,11 +153,14 @@ func openLoop(addr string, rate float64, n, maxInFlight int, deadline time.Durat
 		if ctx.Err() != nil {
 			break
 		}
+		due := start.Add(time.Duration(i) * interval)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			outs[i] = []outcome{send(ctx, c, addr)}
+			o := send(ctx, c, addr)
+			o.late = o.sent.Sub(due)
+			outs[i] = []outcome{o}
 		}()
 	}
 	wg.Wait()
@@ -154,4 +169,73 @@ func openLoop(addr string, rate float64, n, maxInFlight int, deadline time.Durat
 
 func (r result) String() string {
 	return fmt.Sprintf("n=%d errors=%d p50=%s p99=%s", r.n, r.errors, r.quantile(.5), r.quantile(.99))
+}
+
+// streamBody asks for a streamed answer of 16 events spread over the
+// simserver service time the X-Sim-Service-Time header sets.
+const streamBody = `{"model":"sim-model","prompt":"hello","max_tokens":16,"stream":true}`
+
+// firstByte is one streamed request's time to its first event and to its end.
+type firstByte struct {
+	first, last time.Duration
+	ok          bool
+}
+
+// sendStream does one streamed POST /v1/completions and times the first
+// "data:" line and the end of the stream.
+func sendStream(ctx context.Context, c *http.Client, addr string, service time.Duration) firstByte {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+"/v1/completions", strings.NewReader(streamBody))
+	if err != nil {
+		return firstByte{}
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-Tenant-ID", "bench")
+	req.Header.Set("X-Sim-Service-Time", service.String())
+	start := time.Now()
+	resp, err := c.Do(req)
+	if err != nil {
+		return firstByte{}
+	}
+	defer resp.Body.Close()
+	var fb firstByte
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if fb.first == 0 && strings.HasPrefix(sc.Text(), "data:") {
+			fb.first = time.Since(start)
+		}
+	}
+	fb.last = time.Since(start)
+	fb.ok = resp.StatusCode == http.StatusOK && sc.Err() == nil && fb.first > 0
+	return fb
+}
+
+// streamLoop runs n streamed requests from concurrency clients.
+func streamLoop(addr string, concurrency, n int, service, deadline time.Duration) (first, last []time.Duration, failed int) {
+	c := newClient(concurrency)
+	defer c.CloseIdleConnections()
+	ctx, cancel := context.WithTimeout(context.Background(), deadline)
+	defer cancel()
+	var mu sync.Mutex
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range concurrency {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for next.Add(1) <= int64(n) && ctx.Err() == nil {
+				fb := sendStream(ctx, c, addr, service)
+				mu.Lock()
+				if fb.ok {
+					first, last = append(first, fb.first), append(last, fb.last)
+				} else {
+					failed++
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	slices.Sort(first)
+	slices.Sort(last)
+	return first, last, failed
 }

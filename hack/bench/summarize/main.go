@@ -60,59 +60,17 @@ func (s samples) median(name, unit string) (float64, bool) {
 
 func main() {
 	s := parse(os.Stdin)
-	targets := []string{"direct", "reverseproxy", "nginx", "tiergate"}
 	runs := 0
 	for _, v := range s {
 		for _, x := range v {
 			runs = max(runs, len(x))
 		}
 	}
-	fmt.Printf("Medians of %d runs.\n\n", runs)
-
-	fmt.Println("**Throughput**, closed loop at 32 concurrent clients, simserver with zero service time:")
-	fmt.Println()
-	fmt.Println("| target | req/s | × reverseproxy | p50 | p99 | added p50 | added p99 |")
-	fmt.Println("|---|---|---|---|---|---|---|")
-	rp, _ := s.median("Throughput/reverseproxy", "req/s")
-	d50, _ := s.median("Throughput/direct", "p50-µs")
-	d99, _ := s.median("Throughput/direct", "p99-µs")
-	for _, t := range targets {
-		n := "Throughput/" + t
-		rps, ok := s.median(n, "req/s")
-		if !ok {
-			continue
-		}
-		p50, _ := s.median(n, "p50-µs")
-		p99, _ := s.median(n, "p99-µs")
-		fmt.Printf("| %s | %.0f | %.2f× | %s | %s | %s | %s |\n", t, rps, rps/rp, us(p50), us(p99), added(t, p50-d50), added(t, p99-d99))
-	}
-	fmt.Println()
-	fmt.Println("**Latency at 1,000 requests/s** (open loop), added to the direct call:")
-	fmt.Println()
-	fmt.Println("| target | p50 | p99 | added p50 | added p99 | added p99 ÷ reverseproxy's |")
-	fmt.Println("|---|---|---|---|---|---|")
-	l50, _ := s.median("Latency1000/direct", "p50-µs")
-	l99, _ := s.median("Latency1000/direct", "p99-µs")
-	rp99, _ := s.median("Latency1000/reverseproxy", "p99-µs")
-	for _, t := range targets {
-		n := "Latency1000/" + t
-		p50, ok := s.median(n, "p50-µs")
-		if !ok {
-			continue
-		}
-		p99, _ := s.median(n, "p99-µs")
-		ratio := "-"
-		if t != "direct" && rp99-l99 > 0 {
-			ratio = fmt.Sprintf("%.2f", (p99-l99)/(rp99-l99))
-		}
-		fmt.Printf("| %s | %s | %s | %s | %s | %s |\n", t, us(p50), us(p99), added(t, p50-l50), added(t, p99-l99), ratio)
-	}
-	fmt.Println()
-	if p99, ok := s.median("Refusal429", "429-p99-µs"); ok {
-		p50, _ := s.median("Refusal429", "429-p50-µs")
-		frac, _ := s.median("Refusal429", "refused-fraction")
-		fmt.Printf("**429 under 10× overload**: p50 %s, p99 %s (%.0f%% of requests refused).\n\n", us(p50), us(p99), 100*frac)
-	}
+	fmt.Printf("Medians of %d rounds; hack/bench and vegeta measure the same targets in each round.\n\n", runs)
+	s.throughput()
+	s.latency()
+	s.refusals()
+	s.firstByte()
 	if kib, ok := s.median("QueuedMemory", "KiB/queued"); ok {
 		q, _ := s.median("QueuedMemory", "queued")
 		live, _ := s.median("QueuedMemory", "heap+stack-KiB/queued")
@@ -120,8 +78,110 @@ func main() {
 	}
 }
 
+var targets = []string{"direct", "reverseproxy", "nginx", "tiergate"}
+
+// generators are the benchmark name prefixes of the two load generators.
+var generators = []struct{ name, prefix string }{{"hack/bench", ""}, {"vegeta", "Vegeta"}}
+
+func (s samples) throughput() {
+	fmt.Println("**Throughput**, closed loop, 32 connections, simserver with zero service time:")
+	fmt.Println()
+	fmt.Println("| target | hack/bench req/s | × nginx | vegeta req/s | × nginx | hack/bench p50 / p99 | vegeta p50 / p99 |")
+	fmt.Println("|---|---|---|---|---|---|---|")
+	for _, t := range targets {
+		row := "| " + t
+		var lat string
+		for _, g := range generators {
+			n := g.prefix + "Throughput/" + t
+			rps, ok := s.median(n, "req/s")
+			ng, _ := s.median(g.prefix+"Throughput/nginx", "req/s")
+			if !ok {
+				row += " | - | -"
+				lat += " | -"
+				continue
+			}
+			p50, _ := s.median(n, "p50-µs")
+			p99, _ := s.median(n, "p99-µs")
+			row += fmt.Sprintf(" | %.0f | %.2f×", rps, rps/ng)
+			lat += fmt.Sprintf(" | %s / %s", us(p50), us(p99))
+		}
+		fmt.Println(row + lat + " |")
+	}
+	fmt.Println()
+}
+
+func (s samples) latency() {
+	fmt.Println("**Latency at 1,000 requests/s**, open loop; added = the target's median minus direct's, per generator:")
+	fmt.Println()
+	fmt.Println("| target | hack/bench p50 | p99 | added p99 | vegeta p50 | p99 | added p99 |")
+	fmt.Println("|---|---|---|---|---|---|---|")
+	for _, t := range targets {
+		row := "| " + t
+		for _, g := range generators {
+			n := g.prefix + "Latency1000/" + t
+			p50, ok := s.median(n, "p50-µs")
+			if !ok {
+				row += " | - | - | -"
+				continue
+			}
+			p99, _ := s.median(n, "p99-µs")
+			d99, _ := s.median(g.prefix+"Latency1000/direct", "p99-µs")
+			row += fmt.Sprintf(" | %s | %s | %s", us(p50), us(p99), added(t, p99-d99))
+		}
+		fmt.Println(row + " |")
+	}
+	fmt.Println()
+	fmt.Println("hack/bench's view of its own share (medians): how late its requests left, p99 counted from when each was due, its GC cycles per run:")
+	fmt.Println()
+	fmt.Println("| target | late p99 | p99 from due time | client GCs |")
+	fmt.Println("|---|---|---|---|")
+	for _, t := range targets {
+		n := "Latency1000/" + t
+		late, ok := s.median(n, "late-p99-µs")
+		if !ok {
+			continue
+		}
+		due, _ := s.median(n, "due-p99-µs")
+		gcs, _ := s.median(n, "client-gcs")
+		fmt.Printf("| %s | %s | %s | %.0f |\n", t, us(late), us(due), gcs)
+	}
+	fmt.Println()
+}
+
+func (s samples) refusals() {
+	for _, g := range generators {
+		if p99, ok := s.median(g.prefix+"Refusal429", "429-p99-µs"); ok {
+			p50, _ := s.median(g.prefix+"Refusal429", "429-p50-µs")
+			frac, _ := s.median(g.prefix+"Refusal429", "refused-fraction")
+			fmt.Printf("**429 under 10× overload** (%s): p50 %s, p99 %s (%.0f%% of requests refused).\n\n", g.name, us(p50), us(p99), 100*frac)
+		}
+	}
+}
+
+func (s samples) firstByte() {
+	if _, ok := s.median("FirstByte/direct", "ttfb-p50-µs"); !ok {
+		return
+	}
+	fmt.Println("**Time to first byte of a streamed answer** (16 SSE events over 32 ms, the first due after 2 ms; 8 clients):")
+	fmt.Println()
+	fmt.Println("| target | first event p50 | p99 | added p50 | end of stream p50 |")
+	fmt.Println("|---|---|---|---|---|")
+	d50, _ := s.median("FirstByte/direct", "ttfb-p50-µs")
+	for _, t := range targets {
+		n := "FirstByte/" + t
+		p50, ok := s.median(n, "ttfb-p50-µs")
+		if !ok {
+			continue
+		}
+		p99, _ := s.median(n, "ttfb-p99-µs")
+		end, _ := s.median(n, "end-p50-µs")
+		fmt.Printf("| %s | %s | %s | %s | %s |\n", t, us(p50), us(p99), added(t, p50-d50), us(end))
+	}
+	fmt.Println()
+}
+
 func us(v float64) string {
-	if v >= 1000 {
+	if v >= 1000 || v <= -1000 {
 		return fmt.Sprintf("%.2f ms", v/1000)
 	}
 	return fmt.Sprintf("%.0f µs", v)
