@@ -52,7 +52,7 @@ type dispatcherFacts struct {
 func factsOf(p *corev1.Pod) dispatcherFacts {
 	f := dispatcherFacts{UID: p.UID, Name: p.Name, Ready: podReady(p), Restarts: podRestarts(p), CrashLooping: crashLooping(p)}
 	for _, c := range p.Status.ContainerStatuses {
-		if t := c.LastTerminationState.Terminated; t != nil && t.FinishedAt.Time.After(f.LastTerminated) {
+		if t := c.LastTerminationState.Terminated; t != nil && t.FinishedAt.After(f.LastTerminated) {
 			f.LastTerminated = t.FinishedAt.Time
 		}
 	}

@@ -337,7 +337,7 @@ func TestOverloadedBeforeContinue(t *testing.T) {
 	}
 	b, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if resp.StatusCode != 503 || string(b) != overloadedBody {
+	if resp.StatusCode != http.StatusServiceUnavailable || string(b) != overloadedBody {
 		t.Fatalf("%d %s, want 503 overloaded", resp.StatusCode, b)
 	}
 	if body.n != 0 {

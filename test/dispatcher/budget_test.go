@@ -225,7 +225,7 @@ func floodOne(ctx context.Context, client *http.Client, url, tenant string, body
 	if err != nil {
 		return resp.StatusCode, "", err
 	}
-	if resp.StatusCode == 200 {
+	if resp.StatusCode == http.StatusOK {
 		return 200, "", nil
 	}
 	var r testutil.Refusal
