@@ -337,12 +337,12 @@ func (d *Dispatcher) Serve(ctx context.Context, data, adm net.Listener) error {
 	}
 	dataSrv := &http.Server{
 		Handler: d.srv, ReadHeaderTimeout: d.cfg.ReadHeaderTimeout, IdleTimeout: d.cfg.IdleTimeout,
-		MaxHeaderBytes: d.cfg.MaxHeaderBytes, ErrorLog: newStdLogger(log.WithName("http").V(1)),
+		MaxHeaderBytes: d.cfg.MaxHeaderBytes, ErrorLog: server.NewStdLogger(log.WithName("http").V(1)),
 	}
 	adminSrv := &http.Server{
 		Handler: d.admin, ReadHeaderTimeout: d.cfg.ReadHeaderTimeout, ReadTimeout: time.Minute,
 		WriteTimeout: time.Minute, IdleTimeout: d.cfg.IdleTimeout, MaxHeaderBytes: d.cfg.MaxHeaderBytes,
-		ErrorLog: newStdLogger(log.WithName("http").V(1)),
+		ErrorLog: server.NewStdLogger(log.WithName("http").V(1)),
 	}
 	errc := make(chan error, 2)
 	go func() { errc <- serve(dataSrv, data) }()

@@ -115,7 +115,7 @@ func New(cfg Config, q *queue.Queue, bal *balancer.Balancer, m *metrics.Metrics)
 		Transport:      cfg.Transport,
 		ModifyResponse: modifyResponse,
 		ErrorHandler:   s.proxyError,
-		ErrorLog:       newStdLogger(cfg.Log.V(1)),
+		ErrorLog:       NewStdLogger(cfg.Log.V(1)),
 		BufferPool:     bufferPool{},
 	}
 	return s, nil

@@ -24,4 +24,6 @@ func (w logrWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func newStdLogger(l logr.Logger) *log.Logger { return log.New(logrWriter{l}, "", 0) }
+// NewStdLogger adapts logr for the *log.Logger that net/http and httputil
+// take as ErrorLog; the dispatcher's servers use it too.
+func NewStdLogger(l logr.Logger) *log.Logger { return log.New(logrWriter{l}, "", 0) }
