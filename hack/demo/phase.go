@@ -92,20 +92,13 @@ loop:
 	}
 	stopIssue()
 	cancelReqs()
-	select {
-	case <-genDone:
-	case <-time.After(15 * time.Second):
-		d.ui.logf("some requests did not end 15s after they were cancelled")
-	}
+	d.awaitRequests(genDone, "")
 	d.ended = d.rec.since()
 	stopObs()
 	<-obsDone
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	// The final counters, once the dispatchers have seen every client go.
-	for s := d.obs.scrape(fctx); s.OK && (s.Queued > 0 || s.InFlight > 0) && fctx.Err() == nil; s = d.obs.scrape(fctx) {
-		time.Sleep(100 * time.Millisecond)
-	}
+	awaitIdle(fctx, d.obs)
 	d.ui.frame(renderTable(d.view()))
 	d.ui.setLive(false)
 	d.follows.Wait()
@@ -299,4 +292,22 @@ func (d *demo) scaleEvents() []scaleEvent {
 		out[i] = *e
 	}
 	return out
+}
+
+// awaitRequests waits, for at most 15s, until the cancelled requests of a
+// phase (what names it in the log; "" for the main one) have ended.
+func (d *demo) awaitRequests(genDone <-chan struct{}, what string) {
+	select {
+	case <-genDone:
+	case <-time.After(15 * time.Second):
+		d.ui.logf("some requests%s did not end 15s after they were cancelled", what)
+	}
+}
+
+// awaitIdle waits, while fctx lasts, until the dispatchers have seen every
+// client go, so the final counters are taken from idle dispatchers.
+func awaitIdle(fctx context.Context, o *observer) {
+	for s := o.scrape(fctx); s.OK && (s.Queued > 0 || s.InFlight > 0) && fctx.Err() == nil; s = o.scrape(fctx) {
+		time.Sleep(100 * time.Millisecond)
+	}
 }

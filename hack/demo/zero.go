@@ -119,20 +119,13 @@ func (d *demo) zeroPhase(ctx context.Context) error {
 	runErr := d.zeroLoop(ctx, z, genDone, cancelReqs)
 	stopIssue()
 	cancelReqs()
-	select {
-	case <-genDone:
-	case <-time.After(15 * time.Second):
-		d.ui.logf("some requests of the scale-from-zero phase did not end 15s after they were cancelled")
-	}
+	d.awaitRequests(genDone, " of the scale-from-zero phase")
 	z.ended = z.rec.since()
 	stopObs()
 	<-obsDone
-	// The final counters, once the dispatchers have seen every client go.
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	for s := z.obs.scrape(fctx); s.OK && (s.Queued > 0 || s.InFlight > 0) && fctx.Err() == nil; s = z.obs.scrape(fctx) {
-		time.Sleep(100 * time.Millisecond)
-	}
+	awaitIdle(fctx, z.obs)
 	d.ui.frame(renderTable(d.zeroView(z)))
 	d.ui.setLive(false)
 	d.follows.Wait()
