@@ -19,6 +19,7 @@ import (
 	"github.com/tiergate/tiergate/dispatcher/balancer"
 	"github.com/tiergate/tiergate/dispatcher/budget"
 	"github.com/tiergate/tiergate/dispatcher/fleet"
+	"github.com/tiergate/tiergate/dispatcher/forward"
 	"github.com/tiergate/tiergate/dispatcher/metrics"
 	"github.com/tiergate/tiergate/dispatcher/policy"
 	"github.com/tiergate/tiergate/dispatcher/queue"
@@ -60,8 +61,8 @@ type Config struct {
 	Fleet fleet.Config
 	// Health is the backends' passive health checking (zero: defaults).
 	Health balancer.Health
-	// Transport reaches the backends; nil is server.NewTransport().
-	Transport http.RoundTripper
+	// Forwarder reaches the backends; nil is forward.New's defaults.
+	Forwarder *forward.Forwarder
 	Clock     clock.WithDelayedExecution // default the real clock
 	// Registry receives the metrics; nil makes one with the Go and process
 	// collectors.
@@ -185,7 +186,7 @@ func (d *Dispatcher) build() error {
 	d.m = m
 	d.srv, err = server.New(server.Config{
 		MaxBodyBytes: cfg.MaxBodyBytes, BodyTimeout: cfg.BodyTimeout, MaxQueuedBytes: cfg.MaxQueuedBytes,
-		Transport: cfg.Transport, Log: cfg.Log.WithName("data"),
+		Forwarder: cfg.Forwarder, Log: cfg.Log.WithName("data"),
 	}, d.q, d.bal, d.m)
 	if err != nil {
 		return err

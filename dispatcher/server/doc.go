@@ -2,7 +2,8 @@
 // every request it identifies the tenant, sends exempt paths straight to a
 // backend, admits the rest through dispatcher/queue, waits, picks a backend
 // (dispatcher/balancer: the fewest outstanding among those passive health
-// keeps in service), proxies (SSE flushed per event) and releases the slot
+// keeps in service), forwards with dispatcher/forward (SSE flushed per
+// event, on the request's own goroutine) and releases the slot
 // exactly once: with ReleaseServed for a 2xx answer read to its end, the
 // only kind that measures the service time. Every refusal is written by
 // dispatcher/apierror and counted by cause.
@@ -46,7 +47,6 @@
 // state (identifier, exempt paths, tier waits) is an immutable value swapped
 // atomically by SetPolicy; the queue, balancer and metrics are safe for
 // concurrent use. Per-request state (an exchange, taken from a sync.Pool)
-// belongs to the request's goroutine and reaches the proxy hooks through
-// the request context. A counter of requests inside the handler lets drain
+// belongs to the request's goroutine. A counter of requests inside the handler lets drain
 // wait for them.
 package server

@@ -1,19 +1,15 @@
 package server
 
 import (
-	"bytes"
 	"context"
 	"errors"
-	"fmt"
-	"io"
-	"net"
 	"net/http"
-	"net/http/httputil"
 	"sync"
 	"sync/atomic"
 
 	"github.com/tiergate/tiergate/dispatcher/apierror"
 	"github.com/tiergate/tiergate/dispatcher/balancer"
+	"github.com/tiergate/tiergate/dispatcher/forward"
 	"github.com/tiergate/tiergate/dispatcher/identity"
 	"github.com/tiergate/tiergate/dispatcher/metrics"
 	"github.com/tiergate/tiergate/dispatcher/queue"
@@ -27,14 +23,10 @@ type exchange struct {
 	pool, tier string
 	st         *state // the policy the request started under
 
-	backend     *balancer.Backend // of the attempt in progress
-	id          *identity.Identifier
-	tenant      string
-	status      int  // the backend's status, once it answered
-	failed      bool // the backend failed before answering
-	unreachable bool // ... and the reason was that its connection failed
-	retryable   bool // a connection failure may still be retried elsewhere
-	served      bool // a 2xx answer, read to its end
+	backend *balancer.Backend // of the attempt in progress
+	status  int               // the backend's status, once it answered
+	failed  bool              // the backend failed before answering
+	served  bool              // a 2xx answer, read to its end
 }
 
 var exchanges = sync.Pool{New: func() any { return new(exchange) }}
@@ -126,54 +118,6 @@ func (w *statusWriter) status() int {
 	return w.code
 }
 
-// bodyReader is a request body read from memory: one allocation where
-// io.NopCloser(bytes.NewReader(b)) takes two.
-type bodyReader struct{ bytes.Reader }
-
-func newBodyReader(b []byte) *bodyReader {
-	r := &bodyReader{}
-	r.Reset(b)
-	return r
-}
-
-func (*bodyReader) Close() error { return nil }
-
-type exchangeKey struct{}
-
-func rewrite(pr *httputil.ProxyRequest) {
-	x := pr.In.Context().Value(exchangeKey{}).(*exchange)
-	pr.SetURL(x.backend.URL)
-	x.id.Strip(pr.Out.Header, x.tenant)
-}
-
-func modifyResponse(resp *http.Response) error {
-	if x, ok := resp.Request.Context().Value(exchangeKey{}).(*exchange); ok {
-		x.status = resp.StatusCode
-	}
-	return nil
-}
-
-// proxyError runs when the backend could not be reached or failed before
-// sending its headers. A connection that failed sent nothing, so, once,
-// nothing is written and forward retries on another backend.
-func (s *Server) proxyError(w http.ResponseWriter, r *http.Request, err error) {
-	x := r.Context().Value(exchangeKey{}).(*exchange)
-	if r.Context().Err() != nil {
-		return // the client left: nobody to answer
-	}
-	var op *net.OpError
-	if errors.As(err, &op) && op.Op == "dial" {
-		x.unreachable = true
-		if x.retryable {
-			s.cfg.Log.V(1).Info("backend unreachable", "backend", x.backend.Address, "err", err.Error())
-			return
-		}
-	}
-	x.failed = true
-	s.cfg.Log.V(1).Info("backend failed", "backend", x.backend.Address, "err", err.Error())
-	apierror.BackendError(x.tier).Write(w)
-}
-
 // forward proxies the request to a backend, and once more to another one
 // if the first could not be connected to. Both attempts are inside the
 // caller's slot.
@@ -183,74 +127,70 @@ func (s *Server) forward(x *exchange, r *http.Request, st *state, who identity.I
 		s.refuse(x, apierror.NoBackend(who.Tier))
 		return
 	}
-	x.id, x.tenant = st.id, who.Tenant
+	st.id.Strip(r.Header, who.Tenant)
+	rq := forward.Request{In: r, Body: body, Upgrade: st.exempt[r.URL.Path]}
 	// A body the proxy reads from the client cannot be sent twice.
-	x.retryable = body != nil || r.ContentLength == 0
-	out := r.WithContext(context.WithValue(r.Context(), exchangeKey{}, x))
-	if s.attempt(x, r, out, p, body) {
-		x.retryable = false
+	retryable := body != nil || r.Body == nil || r.Body == http.NoBody
+	err := s.attempt(x, &rq, p)
+	if errors.Is(err, forward.ErrUnreachable) && retryable && r.Context().Err() == nil {
 		if p2, ok := s.bal.Pick(p.Backend); ok {
-			s.attempt(x, r, out, p2, body)
-		} else {
-			x.failed = true
-			apierror.BackendError(x.tier).Write(&x.sw)
+			s.cfg.Log.V(1).Info("backend unreachable, trying another", "backend", p.Address, "err", err.Error())
+			err = s.attempt(x, &rq, p2)
 		}
 	}
-	switch {
-	case x.failed:
-		s.reject(x, queue.CauseBackendError)
-	case x.status == 0:
-		// The client left before the backend answered.
-		s.clientGone(x, metrics.StageInflight)
-	case x.sw.code == 0:
-		// An upgrade: the proxy hijacked the connection and wrote the
-		// backend's 101 itself.
-		x.sw.code = x.status
-	}
-	x.served = !x.failed && x.status >= 200 && x.status < 300
+	s.settle(x, r, err)
 }
 
-// attempt proxies out to p's backend once and ends p with what it learnt
-// of the backend. It reports whether the request may be retried on
-// another backend: the connection failed before anything was sent.
-func (s *Server) attempt(x *exchange, r, out *http.Request, p balancer.Picked, body []byte) (retry bool) {
-	x.backend, x.status, x.failed, x.unreachable = p.Backend, 0, false, false
-	if body != nil {
-		out.Body = newBodyReader(body)
-		out.ContentLength = int64(len(body))
-		out.GetBody = func() (io.ReadCloser, error) { return newBodyReader(body), nil }
-		if len(body) == 0 {
-			out.Body = http.NoBody
-		}
-	}
-	completed := false
-	defer func() {
-		if completed {
-			return
-		}
-		v := recover()
-		outcome := balancer.Failed // the backend cut its response
-		if r.Context().Err() != nil {
-			outcome = balancer.Unknown
-		}
-		s.done(x, p, outcome)
-		s.aborted(x, r, v)
-	}()
-	s.proxy.ServeHTTP(&x.sw, out)
-	completed = true
-	var outcome balancer.Outcome
+// attempt forwards rq to p's backend once and ends p with what it learnt
+// of the backend.
+func (s *Server) attempt(x *exchange, rq *forward.Request, p balancer.Picked) error {
+	x.backend = p.Backend
+	rq.Target = p.URL
+	status, err := s.fwd.Forward(&x.sw, *rq)
+	x.status = status
+	s.done(x, p, outcomeOf(rq.In.Context(), status, err))
+	return err
+}
+
+// outcomeOf is what one attempt says of its backend's health.
+func outcomeOf(ctx context.Context, status int, err error) balancer.Outcome {
 	switch {
-	case x.unreachable:
-		outcome = balancer.Unreachable
-	case x.failed || x.status >= 500:
-		outcome = balancer.Failed
-	case x.status == 0:
-		outcome = balancer.Unknown
+	case errors.Is(err, forward.ErrUnreachable):
+		return balancer.Unreachable
+	case ctx.Err() != nil || errors.Is(err, forward.ErrClientGone):
+		return balancer.Unknown // the client left: nothing learnt
+	case err != nil || status >= 500:
+		return balancer.Failed
 	default:
-		outcome = balancer.Answered
+		return balancer.Answered
 	}
-	s.done(x, p, outcome)
-	return x.unreachable && !x.failed
+}
+
+// settle records how the forwarding ended. The client leaving is a 499;
+// a backend that failed before answering gets the client a 502; an answer
+// cut after its headers (by the backend or the client's connection)
+// aborts the handler, so the client sees a broken answer, not a whole one.
+func (s *Server) settle(x *exchange, r *http.Request, err error) {
+	switch {
+	case err == nil && x.sw.code == 0 && x.status == http.StatusSwitchingProtocols:
+		x.sw.code = x.status // written on the switched connection
+	case err == nil:
+	case r.Context().Err() != nil || errors.Is(err, forward.ErrClientGone):
+		s.clientGone(x, metrics.StageInflight)
+		if x.status != 0 {
+			panic(http.ErrAbortHandler)
+		}
+	case errors.Is(err, forward.ErrCut):
+		x.sw.code = http.StatusBadGateway
+		s.cfg.Log.V(1).Info("stream aborted", "backend", x.backend.Address, "err", err.Error())
+		panic(http.ErrAbortHandler)
+	default:
+		x.failed = true
+		s.cfg.Log.V(1).Info("backend failed", "backend", x.backend.Address, "err", err.Error())
+		apierror.BackendError(x.tier).Write(&x.sw)
+		s.reject(x, queue.CauseBackendError)
+	}
+	x.served = err == nil && x.status >= 200 && x.status < 300
 }
 
 // done ends p with outcome and logs what it did to the backend's health.
@@ -261,22 +201,6 @@ func (s *Server) done(x *exchange, p balancer.Picked, o balancer.Outcome) {
 		s.cfg.Log.Info("backend ejected", "pool", x.pool, "backend", p.Address, "for", c.Ejected.String(), "ejections", p.Ejections())
 	case c.Restored:
 		s.cfg.Log.Info("backend restored", "pool", x.pool, "backend", p.Address)
-	}
-}
-
-// aborted records a response the proxy cut when the copy failed, and
-// re-panics with v: the client left mid-generation (the upstream request
-// is cancelled with it) or the backend died mid-stream (the client sees a
-// cut stream).
-func (s *Server) aborted(x *exchange, r *http.Request, v any) {
-	if r.Context().Err() != nil {
-		s.clientGone(x, metrics.StageInflight)
-	} else {
-		x.sw.code = http.StatusBadGateway
-		s.cfg.Log.V(1).Info("stream aborted", "backend", x.backend.Address, "panic", fmt.Sprint(v))
-	}
-	if v != nil {
-		panic(v)
 	}
 }
 

@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
-	"net/http/httputil"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -16,6 +14,7 @@ import (
 	"github.com/tiergate/tiergate/dispatcher/apierror"
 	"github.com/tiergate/tiergate/dispatcher/balancer"
 	"github.com/tiergate/tiergate/dispatcher/budget"
+	"github.com/tiergate/tiergate/dispatcher/forward"
 	"github.com/tiergate/tiergate/dispatcher/identity"
 	"github.com/tiergate/tiergate/dispatcher/metrics"
 	"github.com/tiergate/tiergate/dispatcher/policy"
@@ -36,8 +35,9 @@ type Config struct {
 	// a request whose body would exceed it gets 503 overloaded. It must be
 	// at least MaxBodyBytes.
 	MaxQueuedBytes int64
-	// Transport reaches the backends; nil builds a pooled http.Transport.
-	Transport http.RoundTripper
+	// Forwarder reaches the backends; nil builds one with the defaults
+	// of dispatcher/forward.
+	Forwarder *forward.Forwarder
 	Log       logr.Logger
 }
 
@@ -80,7 +80,7 @@ type Server struct {
 	q        *queue.Queue
 	bal      *balancer.Balancer
 	m        *metrics.Metrics
-	proxy    *httputil.ReverseProxy
+	fwd      *forward.Forwarder
 	bodies   *budget.Budget
 	cur      atomic.Pointer[state]
 	draining atomic.Bool
@@ -106,32 +106,12 @@ func New(cfg Config, q *queue.Queue, bal *balancer.Balancer, m *metrics.Metrics)
 	if err != nil {
 		return nil, err
 	}
-	if cfg.Transport == nil {
-		cfg.Transport = NewTransport()
+	if cfg.Forwarder == nil {
+		// No response timeout: a generation may take minutes.
+		cfg.Forwarder = forward.New(forward.Options{})
 	}
-	s := &Server{cfg: cfg, q: q, bal: bal, m: m, bodies: bodies, idle: make(chan struct{}, 1)}
-	s.proxy = &httputil.ReverseProxy{
-		Rewrite:        rewrite,
-		Transport:      cfg.Transport,
-		ModifyResponse: modifyResponse,
-		ErrorHandler:   s.proxyError,
-		ErrorLog:       NewStdLogger(cfg.Log.V(1)),
-		BufferPool:     bufferPool{},
-	}
+	s := &Server{cfg: cfg, q: q, bal: bal, m: m, bodies: bodies, fwd: cfg.Forwarder, idle: make(chan struct{}, 1)}
 	return s, nil
-}
-
-// NewTransport is the backend transport: pooled keep-alive connections, no
-// response timeout (a generation may take minutes), compression passed
-// through untouched.
-func NewTransport() *http.Transport {
-	return &http.Transport{
-		DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-		MaxIdleConnsPerHost:   1024,
-		IdleConnTimeout:       90 * time.Second,
-		ExpectContinueTimeout: time.Second,
-		DisableCompression:    true,
-	}
 }
 
 // SetPolicy switches the data path to p (already validated). The caller

@@ -21,6 +21,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/tiergate/tiergate/dispatcher/balancer"
+	"github.com/tiergate/tiergate/dispatcher/forward"
 	"github.com/tiergate/tiergate/dispatcher/metrics"
 	"github.com/tiergate/tiergate/dispatcher/policy"
 	"github.com/tiergate/tiergate/dispatcher/queue"
@@ -108,7 +109,7 @@ func newFixture(t *testing.T, p *policy.Policy) *fixture {
 	return newFixtureConfig(t, p, Config{})
 }
 
-// newFixtureConfig is newFixture with cfg's limits (its Log and Transport
+// newFixtureConfig is newFixture with cfg's limits (its Log and Forwarder
 // are the fixture's).
 func newFixtureConfig(t *testing.T, p *policy.Policy, cfg Config) *fixture {
 	t.Helper()
@@ -122,7 +123,7 @@ func newFixtureConfig(t *testing.T, p *policy.Policy, cfg Config) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.Log, cfg.Transport = logr.Discard(), &http.Transport{}
+	cfg.Log, cfg.Forwarder = logr.Discard(), forward.New(forward.Options{})
 	f.srv, err = New(cfg, f.q, bal, m)
 	if err != nil {
 		t.Fatal(err)
@@ -140,7 +141,7 @@ func newFixtureConfig(t *testing.T, p *policy.Policy, cfg Config) *fixture {
 	t.Cleanup(func() {
 		f.front.Close()
 		bts.Close()
-		f.srv.cfg.Transport.(*http.Transport).CloseIdleConnections()
+		f.srv.fwd.CloseIdle()
 	})
 	return f
 }

@@ -1,6 +1,6 @@
 // Command rproxy is the benchmark's baseline: a plain
-// httputil.ReverseProxy with the same transport settings as tiergate's,
-// and nothing else.
+// httputil.ReverseProxy over an http.Transport with the pool settings of
+// tiergate's forwarder (dispatcher/forward), and nothing else.
 //
 //	go run ./hack/bench/rproxy --listen ADDR --backend HOST:PORT
 package main
@@ -8,13 +8,14 @@ package main
 import (
 	"flag"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
 	"os"
 	"time"
 
-	"github.com/tiergate/tiergate/dispatcher/server"
+	"github.com/tiergate/tiergate/dispatcher/forward"
 )
 
 func main() {
@@ -22,7 +23,12 @@ func main() {
 	backend := flag.String("backend", "127.0.0.1:8000", "host:port to proxy to")
 	flag.Parse()
 	p := httputil.NewSingleHostReverseProxy(&url.URL{Scheme: "http", Host: *backend})
-	p.Transport = server.NewTransport()
+	p.Transport = &http.Transport{
+		DialContext:         (&net.Dialer{Timeout: forward.DefaultDialTimeout, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConnsPerHost: forward.DefaultMaxIdlePerHost,
+		IdleConnTimeout:     forward.DefaultIdleTimeout,
+		DisableCompression:  true,
+	}
 	srv := &http.Server{Addr: *listen, Handler: p, ReadHeaderTimeout: 10 * time.Second}
 	if err := srv.ListenAndServe(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
