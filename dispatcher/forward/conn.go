@@ -23,6 +23,10 @@ type conn struct {
 	// stop disarms the interrupt of the request in progress; it reports
 	// false when the interrupt already ran (the deadline is in the past).
 	stop func() bool
+	// interrupt fails the pending reads and writes; made once per
+	// connection, as is the peek, so a request allocates neither.
+	interrupt func()
+	peek      *peeker // nil where the socket cannot be peeked at
 	// scratch formats lengths without allocating.
 	scratch [20]byte
 }
@@ -35,7 +39,7 @@ func (c *conn) watch(ctx context.Context) {
 	if c.stop != nil {
 		c.stop()
 	}
-	c.stop = context.AfterFunc(ctx, func() { _ = c.SetDeadline(longAgo) })
+	c.stop = context.AfterFunc(ctx, c.interrupt)
 }
 
 // release disarms the interrupt; false when it had already fired.
@@ -95,19 +99,10 @@ func (c *conn) alive() bool {
 	if c.br.Buffered() > 0 {
 		return false
 	}
-	nc := c.Conn
-	if tc, ok := nc.(*tls.Conn); ok {
-		nc = tc.NetConn()
-	}
-	sc, ok := nc.(syscall.Conn)
-	if !ok {
+	if c.peek == nil {
 		return true // nothing to ask; a failed write is retried
 	}
-	rc, err := sc.SyscallConn()
-	if err != nil {
-		return false
-	}
-	return readable(rc) == nil
+	return c.peek.readable() == nil
 }
 
 // dial makes a new connection to key, with TLS for https.
@@ -126,7 +121,22 @@ func (f *Forwarder) dial(ctx context.Context, key poolKey) (*conn, error) {
 		}
 		nc = tc
 	}
-	return &conn{Conn: nc, key: key, br: bufio.NewReaderSize(nc, 4<<10), bw: bufio.NewWriterSize(nc, 4<<10)}, nil
+	return newConn(nc, key), nil
+}
+
+func newConn(nc net.Conn, key poolKey) *conn {
+	c := &conn{Conn: nc, key: key, br: bufio.NewReaderSize(nc, 4<<10), bw: bufio.NewWriterSize(nc, 4<<10)}
+	c.interrupt = func() { _ = c.SetDeadline(longAgo) }
+	raw := nc
+	if tc, ok := raw.(*tls.Conn); ok {
+		raw = tc.NetConn()
+	}
+	if sc, ok := raw.(syscall.Conn); ok {
+		if rc, err := sc.SyscallConn(); err == nil {
+			c.peek = newPeeker(rc)
+		}
+	}
+	return c
 }
 
 func (f *Forwarder) tlsConfig(host string) *tls.Config {

@@ -4,6 +4,10 @@ package forward
 
 import "syscall"
 
-// readable cannot peek here; a write that fails on a closed idle
+// peeker cannot peek here; a write that fails on a closed idle
 // connection is retried on a new one instead.
-func readable(syscall.RawConn) error { return nil }
+type peeker struct{}
+
+func newPeeker(syscall.RawConn) *peeker { return nil }
+
+func (*peeker) readable() error { return nil }
