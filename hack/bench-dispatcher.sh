@@ -14,6 +14,11 @@
 # and the summary prints medians over the rounds and ratios (Markdown, for
 # docs/benchmarks.md "## Dispatcher"). Raw output is kept in $BENCH_OUT
 # (default bin/bench-dispatcher.txt).
+#
+# BENCH_BEFORE_REV=<git revision> also builds tiergate from that revision
+# and measures it in the same rounds as target "before" (throughput,
+# latency, 429s and first byte), so a change's before and after come from
+# one run on one machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 count=${1:-5}
@@ -49,6 +54,12 @@ go build -o "$tmp/tiergate" .
 go build -o "$tmp/simserver" ./hack/simserver
 go build -o "$tmp/rproxy" ./hack/bench/rproxy
 go build -o "$tmp/vegetastat" ./hack/bench/vegetastat
+before_rev=${BENCH_BEFORE_REV:-}
+if [[ -n $before_rev ]]; then
+	mkdir "$tmp/before-src"
+	git archive "$before_rev" | tar -x -C "$tmp/before-src"
+	(cd "$tmp/before-src" && go build -o "$tmp/tiergate-before" .)
+fi
 
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
 wait_up() {
@@ -64,6 +75,7 @@ SIM=127.0.0.1:$(port); RP=127.0.0.1:$(port); NG=127.0.0.1:$(port)
 TG=127.0.0.1:$(port); TGA=127.0.0.1:$(port)
 SIM2=127.0.0.1:$(port); OV=127.0.0.1:$(port); OVA=127.0.0.1:$(port)
 QU=127.0.0.1:$(port); QUA=127.0.0.1:$(port)
+TGB=127.0.0.1:$(port); TGBA=127.0.0.1:$(port); OVB=127.0.0.1:$(port); OVBA=127.0.0.1:$(port)
 token=bench-token
 echo "$token" >"$tmp/token"
 
@@ -119,6 +131,10 @@ cat >"$tmp/overload.json" <<JSON
  "backends":[{"address":"$SIM2","scheme":"http"}]}
 JSON
 "$tmp/tiergate" dispatcher --listen "$OV" --admin-listen "$OVA" --policy-file "$tmp/overload.json" 2>"$tmp/ov.log" & pids+=($!)
+if [[ -n $before_rev ]]; then
+	"$tmp/tiergate-before" dispatcher --listen "$TGB" --admin-listen "$TGBA" --policy-file "$tmp/policy.json" 2>"$tmp/tgb.log" & pids+=($!)
+	"$tmp/tiergate-before" dispatcher --listen "$OVB" --admin-listen "$OVBA" --policy-file "$tmp/overload.json" 2>"$tmp/ovb.log" & pids+=($!)
+fi
 
 # One slot, held for the whole run, and room for 20,000 queued requests.
 cat >"$tmp/queue.json" <<JSON
@@ -172,6 +188,14 @@ vegeta() {
 }
 declare -A addr=([direct]=$SIM [reverseproxy]=$RP [nginx]=$NG [tiergate]=$TG)
 targets=(direct reverseproxy nginx tiergate)
+declare -A overload=([tiergate]=$OV)
+if [[ -n $before_rev ]]; then
+	wait_up "http://$TGBA/readyz"; wait_up "http://$OVBA/readyz"
+	addr[before]=$TGB
+	overload[before]=$OVB
+	targets+=(before)
+	export BENCH_BEFORE=$TGB BENCH_OVERLOAD_BEFORE=$OVB BENCH_BEFORE_REV=$before_rev
+fi
 
 : >"$out"
 for round in $(seq "$count"); do
@@ -182,7 +206,7 @@ for round in $(seq "$count"); do
 	run -test.bench '^BenchmarkLatency1000$' -test.benchtime 5000x
 	for t in "${targets[@]}"; do vegeta "VegetaLatency1000/$t" "${addr[$t]}" -rate 1000 -duration 5s; done
 	run -test.bench '^BenchmarkRefusal429$' -test.benchtime 4000x
-	vegeta VegetaRefusal429 "$OV" -rate 800 -duration 5s
+	for t in "${!overload[@]}"; do vegeta "VegetaRefusal429/$t" "${overload[$t]}" -rate 800 -duration 5s; done
 	run -test.bench '^BenchmarkFirstByte$' -test.benchtime 500x
 	run -test.bench '^BenchmarkQueuedMemory$' -test.benchtime 1x
 done

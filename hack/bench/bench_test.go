@@ -30,6 +30,9 @@ var targets = []struct{ name, env string }{
 	{"reverseproxy", "BENCH_REVERSEPROXY"},
 	{"nginx", "BENCH_NGINX"},
 	{"tiergate", "BENCH_TIERGATE"},
+	// An older tiergate (BENCH_BEFORE_REV), when asked for: before and
+	// after in the same run.
+	{"before", "BENCH_BEFORE"},
 }
 
 func target(b *testing.B, env string) string {
@@ -86,23 +89,27 @@ func BenchmarkLatency1000(b *testing.B) {
 }
 
 // BenchmarkRefusal429: open loop at 10× the pool's capacity; the latency
-// of the 429 answers.
+// of the 429 answers, from tiergate (and the older one, when asked for).
 func BenchmarkRefusal429(b *testing.B) {
-	addr := target(b, "BENCH_OVERLOAD")
 	capacity, err := strconv.ParseFloat(os.Getenv("BENCH_OVERLOAD_RATE"), 64)
 	if err != nil || capacity <= 0 {
 		b.Fatalf("BENCH_OVERLOAD_RATE: %v", err)
 	}
-	b.ResetTimer()
-	r := openLoop(addr, 10*capacity, b.N, 2048, 5*time.Minute)
-	b.StopTimer()
-	refused := r.byCode[http.StatusTooManyRequests]
-	if r.errors > 0 || len(refused) < r.n/2 {
-		b.Fatalf("%d errors, %d refusals of %d: not overloaded (%v)", r.errors, len(refused), r.n, r)
+	for _, tg := range []struct{ name, env string }{{"tiergate", "BENCH_OVERLOAD"}, {"before", "BENCH_OVERLOAD_BEFORE"}} {
+		b.Run(tg.name, func(b *testing.B) {
+			addr := target(b, tg.env)
+			b.ResetTimer()
+			r := openLoop(addr, 10*capacity, b.N, 2048, 5*time.Minute)
+			b.StopTimer()
+			refused := r.byCode[http.StatusTooManyRequests]
+			if r.errors > 0 || len(refused) < r.n/2 {
+				b.Fatalf("%d errors, %d refusals of %d: not overloaded (%v)", r.errors, len(refused), r.n, r)
+			}
+			b.ReportMetric(float64(quantile(refused, .5).Microseconds()), "429-p50-µs")
+			b.ReportMetric(float64(quantile(refused, .99).Microseconds()), "429-p99-µs")
+			b.ReportMetric(float64(len(refused))/float64(r.n), "refused-fraction")
+		})
 	}
-	b.ReportMetric(float64(quantile(refused, .5).Microseconds()), "429-p50-µs")
-	b.ReportMetric(float64(quantile(refused, .99).Microseconds()), "429-p99-µs")
-	b.ReportMetric(float64(len(refused))/float64(r.n), "refused-fraction")
 }
 
 // BenchmarkFirstByte: time to the first event of a streamed answer whose

@@ -8,6 +8,9 @@
 //	    in front of it; each target is measured in the same run.
 //	BENCH_OVERLOAD      a tiergate whose pool is small (for 429 latency)
 //	BENCH_OVERLOAD_RATE its capacity in requests/s
+//	BENCH_BEFORE, BENCH_OVERLOAD_BEFORE
+//	    optional: the same two, served by tiergate built from an older
+//	    revision (target "before"), for before and after in one run
 //	BENCH_QUEUE, BENCH_QUEUE_ADMIN, BENCH_QUEUE_PID
 //	    a tiergate whose only slot is held, for memory per queued request
 //

@@ -67,6 +67,9 @@ func main() {
 		}
 	}
 	fmt.Printf("Medians of %d rounds; hack/bench and vegeta measure the same targets in each round.\n\n", runs)
+	if rev := os.Getenv("BENCH_BEFORE_REV"); rev != "" {
+		fmt.Printf("`before` is tiergate built from %s, measured in the same rounds.\n\n", rev)
+	}
 	s.throughput()
 	s.latency()
 	s.refusals()
@@ -78,7 +81,17 @@ func main() {
 	}
 }
 
-var targets = []string{"direct", "reverseproxy", "nginx", "tiergate"}
+var targets = []string{"direct", "reverseproxy", "nginx", "tiergate", "before"}
+
+// measured says whether any of the benchmarks named prefix+"/"+target ran.
+func (s samples) measured(target string, prefixes ...string) bool {
+	for _, p := range prefixes {
+		if _, ok := s[p+"/"+target]; ok {
+			return true
+		}
+	}
+	return false
+}
 
 // generators are the benchmark name prefixes of the two load generators.
 var generators = []struct{ name, prefix string }{{"hack/bench", ""}, {"vegeta", "Vegeta"}}
@@ -89,6 +102,9 @@ func (s samples) throughput() {
 	fmt.Println("| target | hack/bench req/s | × nginx | vegeta req/s | × nginx | hack/bench p50 / p99 | vegeta p50 / p99 |")
 	fmt.Println("|---|---|---|---|---|---|---|")
 	for _, t := range targets {
+		if !s.measured(t, "Throughput", "VegetaThroughput") {
+			continue
+		}
 		row := "| " + t
 		var lat string
 		for _, g := range generators {
@@ -116,6 +132,9 @@ func (s samples) latency() {
 	fmt.Println("| target | hack/bench p50 | p99 | added p99 | vegeta p50 | p99 | added p99 |")
 	fmt.Println("|---|---|---|---|---|---|---|")
 	for _, t := range targets {
+		if !s.measured(t, "Latency1000", "VegetaLatency1000") {
+			continue
+		}
 		row := "| " + t
 		for _, g := range generators {
 			n := g.prefix + "Latency1000/" + t
@@ -149,13 +168,33 @@ func (s samples) latency() {
 }
 
 func (s samples) refusals() {
-	for _, g := range generators {
-		if p99, ok := s.median(g.prefix+"Refusal429", "429-p99-µs"); ok {
-			p50, _ := s.median(g.prefix+"Refusal429", "429-p50-µs")
-			frac, _ := s.median(g.prefix+"Refusal429", "refused-fraction")
-			fmt.Printf("**429 under 10× overload** (%s): p50 %s, p99 %s (%.0f%% of requests refused).\n\n", g.name, us(p50), us(p99), 100*frac)
-		}
+	if !s.measured("tiergate", "Refusal429", "VegetaRefusal429") {
+		return
 	}
+	fmt.Println("**429 under 10× overload**, open loop at 800 requests/s against a pool that serves 80:")
+	fmt.Println()
+	fmt.Println("| target | hack/bench 429 p50 | p99 | vegeta 429 p50 | p99 | refused |")
+	fmt.Println("|---|---|---|---|---|---|")
+	for _, t := range []string{"tiergate", "before"} {
+		if !s.measured(t, "Refusal429", "VegetaRefusal429") {
+			continue
+		}
+		row := "| " + t
+		var frac float64
+		for _, g := range generators {
+			n := g.prefix + "Refusal429/" + t
+			p50, ok := s.median(n, "429-p50-µs")
+			if !ok {
+				row += " | - | -"
+				continue
+			}
+			p99, _ := s.median(n, "429-p99-µs")
+			frac, _ = s.median(n, "refused-fraction")
+			row += fmt.Sprintf(" | %s | %s", us(p50), us(p99))
+		}
+		fmt.Printf("%s | %.0f%% |\n", row, 100*frac)
+	}
+	fmt.Println()
 }
 
 func (s samples) firstByte() {
