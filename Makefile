@@ -29,6 +29,10 @@ DEEPCOPY_DIR  ?=
 GO_TEST_FLAGS ?= -race -count=1 -timeout=30m
 # Debian packages the suites need (redis-server for fleet-mode tests).
 TEST_DEB_PACKAGES := redis-server prometheus
+# What the suites, verify and vulncheck need from hack/tools.sh.
+# golangci-lint is only make lint's: building it from cold caches takes
+# minutes that make test does not need.
+TEST_TOOLS := k8s helm controller-gen govulncheck vulndb keda
 
 ##@ General
 
@@ -96,7 +100,8 @@ lint: ## Run golangci-lint (.golangci.yml) and the import-boundary check
 ##@ Test
 
 .PHONY: test
-test: tools ## Run every suite (unit + integration on a real kube-apiserver/etcd) and verify; sets up what it needs
+test: ## Run every suite (unit + integration on a real kube-apiserver/etcd) and verify; sets up what it needs
+	hack/tools.sh $(TEST_TOOLS)
 	hack/ensure-deb.sh $(TEST_DEB_PACKAGES)
 	KUBEBUILDER_ASSETS=$(BIN)/k8s go test $(GO_TEST_FLAGS) ./...
 	@# The race detector allocates, so the allocation budget runs uninstrumented.
@@ -105,7 +110,8 @@ test: tools ## Run every suite (unit + integration on a real kube-apiserver/etcd
 	$(MAKE) --no-print-directory vulncheck
 
 .PHONY: integration
-integration: tools ## Run only the integration suites under test/
+integration: ## Run only the integration suites under test/
+	hack/tools.sh $(TEST_TOOLS)
 	KUBEBUILDER_ASSETS=$(BIN)/k8s go test $(GO_TEST_FLAGS) ./test/...
 
 BENCH_COUNT ?= 5
