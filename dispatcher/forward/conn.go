@@ -20,6 +20,7 @@ type conn struct {
 	idleAt time.Time
 	reused bool // it came from the idle pool
 	unsent bool // the request being written has not reached the backend whole
+	broken bool // a write failed: never reused
 	// stop disarms the interrupt of the request in progress; it reports
 	// false when the interrupt already ran (the deadline is in the past).
 	stop func() bool
@@ -159,7 +160,7 @@ func (f *Forwarder) tlsConfig(host string) *tls.Config {
 // put returns c to its pool when the exchange left it clean: the answer
 // read to its end, nothing more buffered, and neither side closing.
 func (f *Forwarder) put(c *conn, resp *http.Response) {
-	if !c.release() || resp.Close || resp.StatusCode == http.StatusSwitchingProtocols || c.br.Buffered() > 0 {
+	if !c.release() || c.broken || resp.Close || resp.StatusCode == http.StatusSwitchingProtocols || c.br.Buffered() > 0 {
 		_ = c.Close()
 		return
 	}

@@ -33,8 +33,10 @@
 // backend never processes a request it did not receive whole. Anything
 // else that fails is the caller's to decide on, by the sentinel error
 // returned: ErrUnreachable (nothing was sent: safe to try elsewhere),
-// ErrNoAnswer (the backend failed before its headers) and ErrCut (the
-// answer was cut after its headers were written to the client).
+// ErrNoAnswer (the backend failed before its headers), ErrCut (the answer
+// was cut after its headers were written to the client) and ErrClientGone
+// (the client failed: its streamed body, or the copy of the answer to it;
+// the backend is not to blame).
 //
 // Concurrency model: Forward may be called from any number of goroutines.
 // The idle pools are guarded by one mutex, held only to take or return a

@@ -24,8 +24,9 @@ var (
 	// ErrCut: the backend's answer broke after its headers went to the
 	// client, which therefore holds an incomplete answer.
 	ErrCut = errors.New("forward: answer cut")
-	// ErrClientGone: the client's connection failed while the answer was
-	// copied to it.
+	// ErrClientGone: the client failed: its body could not be read as it
+	// streamed to the backend (the cause says why: a read error, or an
+	// *http.MaxBytesError), or the answer could not be written to it.
 	ErrClientGone = errors.New("forward: client gone")
 )
 
@@ -114,7 +115,7 @@ func (f *Forwarder) Forward(w http.ResponseWriter, rq Request) (int, error) {
 		return 0, err
 	}
 	resp, err := c.roundTrip(ctx, w, &rq)
-	if err != nil && c.reused && c.unsent && rq.replayable() && ctx.Err() == nil {
+	if err != nil && c.reused && c.unsent && rq.replayable() && ctx.Err() == nil && !errors.Is(err, ErrClientGone) {
 		// The backend closed a pooled connection as the request went
 		// out: it has not seen it, so it goes once more on a new one.
 		c.close()
@@ -157,9 +158,18 @@ func (f *Forwarder) failure(ctx context.Context, kind, err error) error {
 func (c *conn) roundTrip(ctx context.Context, w http.ResponseWriter, rq *Request) (*http.Response, error) {
 	c.watch(ctx)
 	c.unsent = true
-	if err := c.writeRequest(rq); err != nil {
+	err := c.writeRequest(rq)
+	if errors.Is(err, errClientBody) {
+		// The client failed: the backend holds half a request, and the
+		// connection is done for.
+		c.broken = true
+		return nil, fmt.Errorf("%w: %w", ErrClientGone, err)
+	}
+	if err != nil {
 		// A write that failed may have raced an answer the backend sent
-		// before it closed (a 413, say): read it if it is there.
+		// before it closed (a 413, say): read it if it is there already.
+		c.broken = true
+		_ = c.SetReadDeadline(time.Now().Add(salvageWait))
 		if resp, rerr := c.readHead(w, rq); rerr == nil {
 			return resp, nil
 		}
@@ -168,6 +178,9 @@ func (c *conn) roundTrip(ctx context.Context, w http.ResponseWriter, rq *Request
 	c.unsent = false
 	return c.readHead(w, rq)
 }
+
+// salvageWait bounds the look for an answer after a failed write.
+const salvageWait = 250 * time.Millisecond
 
 // readHead reads the answer's head. 1xx answers but 101 are informational:
 // their headers go to the client at once, and the next head is read.

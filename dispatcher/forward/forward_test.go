@@ -3,6 +3,8 @@ package forward
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"io"
 	"net"
@@ -573,4 +575,104 @@ func TestUpgrade(t *testing.T) {
 			t.Errorf("Forward = %d, %v; want 101, nil", r.status, r.err)
 		}
 	}
+}
+
+// flakyConn fails its writes once told to, as a connection the backend
+// closed while it sat idle does; it is no syscall.Conn, so the idle check
+// cannot see it coming and the write is what fails.
+type flakyConn struct {
+	net.Conn
+	fail *atomic.Bool
+}
+
+func (c flakyConn) Write(b []byte) (int, error) {
+	if c.fail.Load() {
+		return 0, errors.New("write: broken pipe")
+	}
+	return c.Conn.Write(b)
+}
+
+// A request whose write fails on a reused connection goes once more on a
+// new one when its body can be sent again; a streamed body cannot.
+func TestResendsOnABrokenIdleConnection(t *testing.T) {
+	var served atomic.Int64
+	be, conns := counting(t, func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		served.Add(1)
+	})
+	var dialed []*atomic.Bool
+	var mu sync.Mutex
+	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		fail := new(atomic.Bool)
+		dialed = append(dialed, fail)
+		return flakyConn{c, fail}, nil
+	}
+	breakIdle := func() {
+		mu.Lock()
+		defer mu.Unlock()
+		dialed[len(dialed)-1].Store(true)
+	}
+	for _, tc := range []struct {
+		name     string
+		buffered bool
+		wantErr  error
+		served   int64
+	}{
+		{"buffered", true, nil, 2},
+		{"streamed", false, ErrNoAnswer, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			served.Store(0)
+			conns.Store(0)
+			fr := newFront(t, New(Options{Dial: dial}), be.URL, frontOptions{buffered: tc.buffered})
+			get(t, fr.Client(), newRequest(t, http.MethodPost, fr.URL, "one"))
+			if r := fr.result(t); r.err != nil {
+				t.Fatal(r.err)
+			}
+			breakIdle()
+			get(t, fr.Client(), newRequest(t, http.MethodPost, fr.URL, "two"))
+			r := fr.result(t)
+			if !errors.Is(r.err, tc.wantErr) || (tc.wantErr == nil) != (r.status == http.StatusOK) {
+				t.Errorf("Forward = %d, %v; want %v", r.status, r.err, tc.wantErr)
+			}
+			if got := served.Load(); got != tc.served {
+				t.Errorf("the backend served %d requests, want %d", got, tc.served)
+			}
+		})
+	}
+}
+
+func TestHTTPSBackend(t *testing.T) {
+	be := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, "over TLS, "+r.Proto)
+	}))
+	t.Cleanup(be.Close)
+	pool := x509.NewCertPool()
+	pool.AddCert(be.Certificate())
+	t.Run("trusted", func(t *testing.T) {
+		fr := newFront(t, New(Options{TLS: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}), be.URL, frontOptions{})
+		rep, body := get(t, fr.Client(), newRequest(t, http.MethodGet, fr.URL, ""))
+		if r := fr.result(t); r.err != nil || rep.status != http.StatusOK || body != "over TLS, HTTP/1.1" {
+			t.Errorf("%d %q, Forward error %v", rep.status, body, r.err)
+		}
+	})
+	t.Run("unknown authority", func(t *testing.T) {
+		fr := newFront(t, New(Options{}), be.URL, frontOptions{})
+		get(t, fr.Client(), newRequest(t, http.MethodGet, fr.URL, ""))
+		r := fr.result(t)
+		var unknown x509.UnknownAuthorityError
+		if !errors.Is(r.err, ErrUnreachable) || !errors.As(r.err, &unknown) {
+			t.Errorf("Forward error %v, want ErrUnreachable with x509.UnknownAuthorityError", r.err)
+		}
+		want := "forward: backend unreachable: TLS handshake with " + strings.TrimPrefix(be.URL, "https://") + ": tls: failed to verify certificate: x509: certificate signed by unknown authority"
+		if r.err.Error() != want {
+			t.Errorf("error %q, want %q", r.err, want)
+		}
+	})
 }

@@ -87,12 +87,24 @@ func bodyExpected(method string) bool {
 // errClientBody: the client's body could not be read while it streamed.
 var errClientBody = errors.New("forward: reading the client's body")
 
+// clientReader tells the client's read errors from the backend's write
+// errors inside one io.Copy.
+type clientReader struct{ r io.Reader }
+
+func (c clientReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	if err != nil && !errors.Is(err, io.EOF) {
+		err = fmt.Errorf("%w: %w", errClientBody, err)
+	}
+	return n, err
+}
+
 // writeStreamed copies a body of known length from the client.
 func (c *conn) writeStreamed(in *http.Request) error {
 	c.bw.WriteString("Content-Length: ")
 	c.bw.Write(strconv.AppendInt(c.scratch[:0], in.ContentLength, 10))
 	c.bw.WriteString("\r\n\r\n")
-	n, err := io.Copy(c.bw, in.Body)
+	n, err := io.Copy(c.bw, clientReader{in.Body})
 	if err == nil && n != in.ContentLength {
 		err = fmt.Errorf("%w: %d bytes of %d", errClientBody, n, in.ContentLength)
 	}

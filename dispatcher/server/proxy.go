@@ -175,6 +175,9 @@ func (s *Server) settle(x *exchange, r *http.Request, err error) {
 	case err == nil && x.sw.code == 0 && x.status == http.StatusSwitchingProtocols:
 		x.sw.code = x.status // written on the switched connection
 	case err == nil:
+	case isTooLarge(err) && x.status == 0:
+		// An exempt path's streamed body outgrew MaxBodyBytes.
+		s.refuse(x, apierror.BodyTooLarge(s.cfg.MaxBodyBytes))
 	case r.Context().Err() != nil || errors.Is(err, forward.ErrClientGone):
 		s.clientGone(x, metrics.StageInflight)
 		if x.status != 0 {
@@ -202,6 +205,11 @@ func (s *Server) done(x *exchange, p balancer.Picked, o balancer.Outcome) {
 	case c.Restored:
 		s.cfg.Log.Info("backend restored", "pool", x.pool, "backend", p.Address)
 	}
+}
+
+func isTooLarge(err error) bool {
+	var tooBig *http.MaxBytesError
+	return errors.As(err, &tooBig)
 }
 
 // forwardExempt proxies an exempt path without queueing.

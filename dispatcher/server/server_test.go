@@ -224,6 +224,35 @@ func TestExemptPathBypassesQueue(t *testing.T) {
 	}
 }
 
+// An exempt path streams its body to the backend; one of unknown length
+// that outgrows MaxBodyBytes on the way gets 413, and the backend, which
+// did nothing wrong, stays in service.
+func TestExemptStreamedBodyTooLarge(t *testing.T) {
+	f := newFixtureConfig(t, testPolicy(policy.AuthTrustedHeader, 0), Config{MaxBodyBytes: 1024})
+	req, _ := http.NewRequest(http.MethodPost, f.front.URL+"/v1/models", io.MultiReader(strings.NewReader(strings.Repeat("x", 4096))))
+	req.ContentLength = -1 // chunked: the length is learnt as it streams
+	req.Header.Set("X-Tenant-Id", "acme")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestEntityTooLarge {
+		t.Fatalf("status %d, want 413: %s", resp.StatusCode, b)
+	}
+	want := map[string]any{"type": "body_too_large", "message": "the request body is larger than 1024 bytes", "tier": "premium", "queue_position": 0.0, "retry_after_seconds": 0.0}
+	if diff := cmp.Diff(want, refusalBody(t, b)); diff != "" {
+		t.Errorf("body (-want +got)\n%s", diff)
+	}
+	if got := f.bal.Snapshot()[0].Failures; got != 0 {
+		t.Errorf("the backend has %d failures in a row for a client's body, want 0", got)
+	}
+	if resp := f.do(t, http.MethodGet, "/v1/models", http.Header{"X-Tenant-Id": {"acme"}}); resp.StatusCode != http.StatusOK {
+		t.Errorf("next exempt request: %d, want 200", resp.StatusCode)
+	}
+}
+
 // Drain: new requests get 503 at once; WaitIdle returns when the last
 // in-flight request has finished; every slot is released.
 func TestDrainWaitsForInFlight(t *testing.T) {
