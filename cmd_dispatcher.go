@@ -45,6 +45,7 @@ func runDispatcher(args []string, stdout, stderr io.Writer) int {
 	readHeaderTimeout := fs.Duration("read-header-timeout", 10*time.Second, "longest time to receive a request's headers (against slowloris clients)")
 	var health balancer.Health
 	balancer.AddFlags(fs, &health) // --backend-eject-after-failures, --backend-eject-after-unreachable, --backend-ejection-base, --backend-ejection-max
+	profiling := fs.Bool("enable-profiling", false, "serve Go's runtime profiles (pprof) under /debug/pprof/ on the admin port, behind the admin token")
 	verbosity := fs.Int("v", 0, "log verbosity: 0 lifecycle and errors, 1 also per-request failures")
 	logFormat := fs.String("log-format", "json", `log format: "json" or "text"`)
 	fs.Usage = func() {
@@ -78,7 +79,7 @@ func runDispatcher(args []string, stdout, stderr io.Writer) int {
 	cfg := dispatcher.Config{
 		Listen: *listen, AdminListen: *adminListen, PolicyFile: *policyFile,
 		DrainTimeout: *drainTimeout, MaxBodyBytes: *maxBody, BodyTimeout: *bodyTimeout, MaxQueuedBytes: queued,
-		ReadHeaderTimeout: *readHeaderTimeout, Fleet: fleetCfg, Health: health, Log: log,
+		ReadHeaderTimeout: *readHeaderTimeout, Fleet: fleetCfg, Health: health, Profiling: *profiling, Log: log,
 	}
 	if tokens != nil {
 		cfg.AdminTokens = tokens

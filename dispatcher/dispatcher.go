@@ -38,6 +38,8 @@ type Config struct {
 	// AdminTokens, when set, checks the bearer token instead of
 	// AdminToken (a tokenfile.Follower of a rotated token file).
 	AdminTokens admin.Tokens
+	// Profiling serves /debug/pprof/ on the admin port, behind its token.
+	Profiling bool
 	// PolicyFile, when set, is loaded at start and re-read when it changes.
 	PolicyFile         string
 	PolicyPollInterval time.Duration // default 1s
@@ -191,7 +193,10 @@ func (d *Dispatcher) build() error {
 	if err != nil {
 		return err
 	}
-	d.admin, err = admin.New(admin.Config{Token: cfg.AdminToken, Tokens: cfg.AdminTokens, Gatherer: cfg.Registry, Log: cfg.Log.WithName("admin")}, d)
+	d.admin, err = admin.New(admin.Config{
+		Token: cfg.AdminToken, Tokens: cfg.AdminTokens, Gatherer: cfg.Registry,
+		Profiling: cfg.Profiling, Log: cfg.Log.WithName("admin"),
+	}, d)
 	return err
 }
 

@@ -13,7 +13,10 @@
 # in the machine's load hits all of them alike; COUNT rounds (default 5),
 # and the summary prints medians over the rounds and ratios (Markdown, for
 # docs/benchmarks.md "## Dispatcher"). Raw output is kept in $BENCH_OUT
-# (default bin/bench-dispatcher.txt).
+# (default bin/bench-dispatcher.txt). After the rounds, a CPU profile of
+# tiergate under the closed-loop load is written next to it
+# (bench-dispatcher-cpu.pprof, with the binary it profiles,
+# bench-dispatcher-tiergate, for go tool pprof).
 #
 # BENCH_BEFORE_REV=<git revision> also builds tiergate from that revision
 # and measures it in the same rounds as target "before" (throughput,
@@ -117,7 +120,8 @@ cat >"$tmp/policy.json" <<JSON
  "tenants":[{"id":"bench","tier":"premium"}],
  "backends":[{"address":"$SIM","scheme":"http"}]}
 JSON
-"$tmp/tiergate" dispatcher --listen "$TG" --admin-listen "$TGA" --policy-file "$tmp/policy.json" 2>"$tmp/tg.log" & pids+=($!)
+"$tmp/tiergate" dispatcher --listen "$TG" --admin-listen "$TGA" --policy-file "$tmp/policy.json" \
+	--enable-profiling --admin-token-file "$tmp/token" 2>"$tmp/tg.log" & pids+=($!)
 
 # A small pool for the overload run: 4 slots of 50ms = 80 requests/s; the
 # tier's W of 1s bounds its queue at 80.
@@ -210,5 +214,17 @@ for round in $(seq "$count"); do
 	run -test.bench '^BenchmarkFirstByte$' -test.benchtime 500x
 	run -test.bench '^BenchmarkQueuedMemory$' -test.benchtime 1x
 done
+
+# The profile: 10 s of tiergate's CPU while vegeta keeps 32 connections busy.
+prof=${out%.txt}-cpu.pprof
+printf 'POST http://%s/v1/completions\nContent-Type: application/json\nX-Tenant-ID: bench\n@%s\n' "$TG" "$tmp/body.json" >"$tmp/targets"
+"$VEGETA" attack -targets "$tmp/targets" -rate 0 -workers 32 -max-workers 32 -duration 12s >/dev/null &
+load=$!
+sleep 1
+curl -fsS -H "Authorization: Bearer $token" -o "$prof" "http://$TGA/debug/pprof/profile?seconds=10"
+wait "$load"
+cp "$tmp/tiergate" "${out%.txt}-tiergate"
+echo "bench-dispatcher: CPU profile in $prof (go tool pprof -top -cum ${out%.txt}-tiergate $prof)" >&2
+
 echo
 go run ./hack/bench/summarize <"$out"

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/pprof"
 	"strconv"
 	"strings"
 
@@ -41,7 +42,11 @@ type Config struct {
 	Gatherer prometheus.Gatherer
 	// MaxPolicyBytes bounds a pushed policy; 0 is 8 MiB.
 	MaxPolicyBytes int64
-	Log            logr.Logger
+	// Profiling serves Go's runtime profiles (net/http/pprof) under
+	// /debug/pprof/, behind the bearer token like /v1/*: a profile shows
+	// what the process does, and a CPU profile costs while it runs.
+	Profiling bool
+	Log       logr.Logger
 }
 
 type handler struct {
@@ -72,6 +77,13 @@ func New(cfg Config, d Dispatcher) (http.Handler, error) {
 	})
 	mux.HandleFunc("GET /readyz", h.readyz)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{}))
+	if cfg.Profiling {
+		mux.Handle("GET /debug/pprof/", h.auth(pprof.Index))
+		mux.Handle("GET /debug/pprof/cmdline", h.auth(pprof.Cmdline))
+		mux.Handle("GET /debug/pprof/profile", h.auth(pprof.Profile))
+		mux.Handle("GET /debug/pprof/symbol", h.auth(pprof.Symbol))
+		mux.Handle("GET /debug/pprof/trace", h.auth(pprof.Trace))
+	}
 	return mux, nil
 }
 

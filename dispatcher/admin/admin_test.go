@@ -154,3 +154,40 @@ func suffix(want string) string {
 	}
 	return ""
 }
+
+// Profiles are served only when asked for, and only to the admin token.
+func TestProfiling(t *testing.T) {
+	tests := map[string]struct {
+		profiling bool
+		token     string // the request's
+		path      string
+		wantCode  int
+		wantBody  string // a prefix of it
+	}{
+		"off by default": {path: "/debug/pprof/", token: "s3cret", wantCode: 404, wantBody: "404 page not found"},
+		"no token": {profiling: true, path: "/debug/pprof/heap", wantCode: 401,
+			wantBody: `{"error":{"type":"unauthenticated","message":"missing bearer token; send \"Authorization: Bearer \u003ctoken\u003e\""}}`},
+		"wrong token": {profiling: true, path: "/debug/pprof/goroutine?debug=1", token: "nope", wantCode: 401,
+			wantBody: `{"error":{"type":"unauthenticated","message":"wrong bearer token"}}`},
+		"index":       {profiling: true, path: "/debug/pprof/", token: "s3cret", wantCode: 200, wantBody: "<html>"},
+		"heap, text":  {profiling: true, path: "/debug/pprof/heap?debug=1", token: "s3cret", wantCode: 200, wantBody: "heap profile: "},
+		"CPU profile": {profiling: true, path: "/debug/pprof/profile?seconds=1", token: "s3cret", wantCode: 200, wantBody: "\x1f\x8b"}, // gzipped protobuf
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			h, err := New(Config{Token: []byte("s3cret"), Gatherer: prometheus.NewRegistry(), Profiling: tc.profiling, Log: logr.Discard()}, &fakeDispatcher{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			req := httptest.NewRequest(http.MethodGet, tc.path, nil)
+			if tc.token != "" {
+				req.Header.Set("Authorization", "Bearer "+tc.token)
+			}
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, req)
+			if rec.Code != tc.wantCode || !strings.HasPrefix(rec.Body.String(), tc.wantBody) {
+				t.Errorf("GET %s: %d %.60q, want %d starting %q", tc.path, rec.Code, rec.Body.String(), tc.wantCode, tc.wantBody)
+			}
+		})
+	}
+}
