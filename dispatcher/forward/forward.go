@@ -95,8 +95,9 @@ type Request struct {
 	Upgrade bool
 }
 
-// replayable says whether the request can be sent twice.
-func (rq *Request) replayable() bool {
+// Replayable says whether the request can be sent twice: its body is in
+// memory, or it has none.
+func (rq *Request) Replayable() bool {
 	if rq.Body != nil {
 		return true
 	}
@@ -115,7 +116,7 @@ func (f *Forwarder) Forward(w http.ResponseWriter, rq Request) (int, error) {
 		return 0, err
 	}
 	resp, err := c.roundTrip(ctx, w, &rq)
-	if err != nil && c.reused && c.unsent && rq.replayable() && ctx.Err() == nil && !errors.Is(err, ErrClientGone) {
+	if err != nil && c.reused && c.unsent && rq.Replayable() && ctx.Err() == nil && !errors.Is(err, ErrClientGone) {
 		// The backend closed a pooled connection as the request went
 		// out: it has not seen it, so it goes once more on a new one.
 		c.close()
@@ -126,14 +127,14 @@ func (f *Forwarder) Forward(w http.ResponseWriter, rq Request) (int, error) {
 	}
 	if err != nil {
 		c.close()
-		return 0, f.failure(ctx, ErrNoAnswer, err)
+		return 0, failure(ctx, ErrNoAnswer, err)
 	}
 	status, err := f.answer(w, c, &rq, resp)
 	if err != nil {
 		// Closed first: closing the body of a broken answer would read on.
 		c.close()
 		_ = resp.Body.Close()
-		return status, f.failure(ctx, ErrCut, err)
+		return status, failure(ctx, ErrCut, err)
 	}
 	_ = resp.Body.Close() // read to its end: nothing left to read
 	f.put(c, resp)
@@ -142,7 +143,7 @@ func (f *Forwarder) Forward(w http.ResponseWriter, rq Request) (int, error) {
 
 // failure is the error of a failed exchange: the context's when the
 // client left (the cause of the failure), else kind.
-func (f *Forwarder) failure(ctx context.Context, kind, err error) error {
+func failure(ctx context.Context, kind, err error) error {
 	if ctx.Err() != nil {
 		return fmt.Errorf("forward: %w (%w)", ctx.Err(), err)
 	}

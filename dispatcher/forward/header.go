@@ -33,14 +33,15 @@ var notForwarded = map[string]bool{
 	"X-Forwarded-Proto": true,
 }
 
-// named says whether a Connection header lists key (a field of that
-// connection only). It allocates nothing.
-func named(connection []string, key string) bool {
-	for _, v := range connection {
+// HasToken says whether a comma-separated field (its values, as in an
+// http.Header) lists token, ignoring case; for Connection, whether token
+// is a field of that connection only. It allocates nothing.
+func HasToken(values []string, token string) bool {
+	for _, v := range values {
 		for v != "" {
 			var t string
 			t, v, _ = strings.Cut(v, ",")
-			if strings.EqualFold(textproto.TrimString(t), key) {
+			if strings.EqualFold(textproto.TrimString(t), token) {
 				return true
 			}
 		}
@@ -48,24 +49,26 @@ func named(connection []string, key string) bool {
 	return false
 }
 
-// hasToken says whether a comma-separated field has token, ignoring case.
-func hasToken(values []string, token string) bool { return named(values, token) }
-
 // endToEnd says whether a field of a message whose Connection header is
 // connection goes on to the next hop.
 func endToEnd(key string, connection []string) bool {
-	return !hopByHop[key] && (len(connection) == 0 || !named(connection, key))
+	return !hopByHop[key] && (len(connection) == 0 || !HasToken(connection, key))
 }
 
-// copyHeader adds src's fields to dst, sharing src's slices where dst has
-// none (src is the backend's, read for this answer only).
+// add appends vv to dst's values of k, sharing vv where dst has none (the
+// backend's header is read for this answer only).
+func add(dst http.Header, k string, vv []string) {
+	if old, ok := dst[k]; ok {
+		dst[k] = append(old, vv...)
+	} else {
+		dst[k] = vv
+	}
+}
+
+// copyHeader adds src's fields to dst.
 func copyHeader(dst, src http.Header) {
 	for k, vv := range src {
-		if old, ok := dst[k]; ok {
-			dst[k] = append(old, vv...)
-		} else {
-			dst[k] = vv
-		}
+		add(dst, k, vv)
 	}
 }
 
@@ -75,13 +78,8 @@ func copyHeader(dst, src http.Header) {
 func copyAnswerHeader(dst, src http.Header) {
 	conn := src["Connection"]
 	for k, vv := range src {
-		if !endToEnd(k, conn) {
-			continue
-		}
-		if old, ok := dst[k]; ok {
-			dst[k] = append(old, vv...)
-		} else {
-			dst[k] = vv
+		if endToEnd(k, conn) {
+			add(dst, k, vv)
 		}
 	}
 	if _, ok := dst["Content-Type"]; !ok {

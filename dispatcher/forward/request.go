@@ -27,10 +27,10 @@ func (c *conn) writeRequest(rq *Request) error {
 			writeField(bw, k, v)
 		}
 	}
-	if hasToken(in.Header["Te"], "trailers") {
+	if HasToken(in.Header["Te"], "trailers") {
 		writeField(bw, "Te", "trailers")
 	}
-	if up := in.Header.Get("Upgrade"); rq.Upgrade && up != "" && hasToken(conn, "upgrade") {
+	if up := in.Header.Get("Upgrade"); rq.Upgrade && up != "" && HasToken(conn, "upgrade") {
 		writeField(bw, "Connection", "Upgrade")
 		writeField(bw, "Upgrade", up)
 	}

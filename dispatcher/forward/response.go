@@ -30,7 +30,7 @@ func (f *Forwarder) answer(w http.ResponseWriter, c *conn, rq *Request, resp *ht
 		return resp.StatusCode, err
 	}
 	for k, vv := range resp.Trailer {
-		if _, announced := h["Trailer"]; !announced || !hasToken(h["Trailer"], k) {
+		if !HasToken(h["Trailer"], k) {
 			k = http.TrailerPrefix + k
 		}
 		h[k] = vv

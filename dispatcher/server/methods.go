@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/tiergate/tiergate/dispatcher/apierror"
+	"github.com/tiergate/tiergate/dispatcher/forward"
 )
 
 // allowedMethods is the Allow header of a 405: every method but CONNECT
@@ -30,7 +31,7 @@ func (s *Server) refuseConnect(x *exchange) {
 // served over HTTP/1.1.
 func (s *Server) upgradeAllowed(x *exchange, r *http.Request, st *state) bool {
 	up := r.Header.Get("Upgrade")
-	if up == "" || !hasToken(r.Header["Connection"], "upgrade") || st.exempt[r.URL.Path] {
+	if up == "" || !forward.HasToken(r.Header["Connection"], "upgrade") || st.exempt[r.URL.Path] {
 		return true
 	}
 	if strings.EqualFold(strings.TrimSpace(up), "h2c") && len(r.Header["Upgrade"]) == 1 {
@@ -44,15 +45,3 @@ func (s *Server) upgradeAllowed(x *exchange, r *http.Request, st *state) bool {
 
 // upgradeRefused is the message of a refused upgrade.
 const upgradeRefused = "the dispatcher does not switch protocols on queued paths (the request asks for an Upgrade); only the pool's exempt paths may upgrade"
-
-// hasToken says whether a comma-separated header has token, ignoring case.
-func hasToken(values []string, token string) bool {
-	for _, v := range values {
-		for _, t := range strings.Split(v, ",") {
-			if strings.EqualFold(strings.TrimSpace(t), token) {
-				return true
-			}
-		}
-	}
-	return false
-}

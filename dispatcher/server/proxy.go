@@ -25,7 +25,6 @@ type exchange struct {
 
 	backend *balancer.Backend // of the attempt in progress
 	status  int               // the backend's status, once it answered
-	failed  bool              // the backend failed before answering
 	served  bool              // a 2xx answer, read to its end
 }
 
@@ -129,10 +128,9 @@ func (s *Server) forward(x *exchange, r *http.Request, st *state, who identity.I
 	}
 	st.id.Strip(r.Header, who.Tenant)
 	rq := forward.Request{In: r, Body: body, Upgrade: st.exempt[r.URL.Path]}
-	// A body the proxy reads from the client cannot be sent twice.
-	retryable := body != nil || r.Body == nil || r.Body == http.NoBody
 	err := s.attempt(x, &rq, p)
-	if errors.Is(err, forward.ErrUnreachable) && retryable && r.Context().Err() == nil {
+	// A body the proxy streams from the client cannot be sent twice.
+	if errors.Is(err, forward.ErrUnreachable) && rq.Replayable() && r.Context().Err() == nil {
 		if p2, ok := s.bal.Pick(p.Backend); ok {
 			s.cfg.Log.V(1).Info("backend unreachable, trying another", "backend", p.Address, "err", err.Error())
 			err = s.attempt(x, &rq, p2)
@@ -188,7 +186,6 @@ func (s *Server) settle(x *exchange, r *http.Request, err error) {
 		s.cfg.Log.V(1).Info("stream aborted", "backend", x.backend.Address, "err", err.Error())
 		panic(http.ErrAbortHandler)
 	default:
-		x.failed = true
 		s.cfg.Log.V(1).Info("backend failed", "backend", x.backend.Address, "err", err.Error())
 		apierror.BackendError(x.tier).Write(&x.sw)
 		s.reject(x, queue.CauseBackendError)

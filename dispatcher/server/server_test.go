@@ -229,20 +229,13 @@ func TestExemptPathBypassesQueue(t *testing.T) {
 // did nothing wrong, stays in service.
 func TestExemptStreamedBodyTooLarge(t *testing.T) {
 	f := newFixtureConfig(t, testPolicy(policy.AuthTrustedHeader, 0), Config{MaxBodyBytes: 1024})
-	req, _ := http.NewRequest(http.MethodPost, f.front.URL+"/v1/models", io.MultiReader(strings.NewReader(strings.Repeat("x", 4096))))
-	req.ContentLength = -1 // chunked: the length is learnt as it streams
-	req.Header.Set("X-Tenant-Id", "acme")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusRequestEntityTooLarge {
-		t.Fatalf("status %d, want 413: %s", resp.StatusCode, b)
+	// Not declared: sent chunked, so the length is learnt as it streams.
+	got := f.send(t.Context(), "/v1/models", []byte(strings.Repeat("x", 4096)), false)
+	if got.Err != nil || got.Code != http.StatusRequestEntityTooLarge {
+		t.Fatalf("got %d, %v, want 413: %s", got.Code, got.Err, got.Body)
 	}
 	want := map[string]any{"type": "body_too_large", "message": "the request body is larger than 1024 bytes", "tier": "premium", "queue_position": 0.0, "retry_after_seconds": 0.0}
-	if diff := cmp.Diff(want, refusalBody(t, b)); diff != "" {
+	if diff := cmp.Diff(want, refusalBody(t, []byte(got.Body))); diff != "" {
 		t.Errorf("body (-want +got)\n%s", diff)
 	}
 	if got := f.bal.Snapshot()[0].Failures; got != 0 {
