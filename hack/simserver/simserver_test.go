@@ -144,7 +144,7 @@ func newTestServer(t *testing.T, concurrency int, dist string) (*server, *httpte
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &server{model: "sim", tokens: 4, tenantHeader: TenantHeader, dist: d, slots: newSlots(concurrency),
+	s := &server{model: "sim", tokens: 4, tenantHeader: TenantHeader, dist: d, tok: tokenModel{bytesPerToken: 4}, slots: newSlots(concurrency),
 		stats: newStats(), log: logr.Discard(), maxBodyBytes: 1 << 20}
 	ts := httptest.NewServer(s.routes())
 	t.Cleanup(ts.Close)

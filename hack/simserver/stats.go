@@ -29,6 +29,11 @@ type counters struct {
 	// complete, CancelledQueued those of them still in the FIFO.
 	Cancelled       int64 `json:"cancelled"`
 	CancelledQueued int64 `json:"cancelledQueued"`
+	// PromptTokens counts the prompts of requests that reached a
+	// generation slot, CompletionTokens the tokens delivered (all of an
+	// answer, or what was streamed before the client left).
+	PromptTokens     int64 `json:"promptTokens"`
+	CompletionTokens int64 `json:"completionTokens"`
 }
 
 type arrival struct {
@@ -77,14 +82,17 @@ func (s *stats) startGenerating(tenant string) {
 }
 
 // leave records the end of a request. generating says whether it held a
-// generation slot; cancelled whether its client went away first.
-func (s *stats) leave(tenant string, generating, cancelled bool) {
+// generation slot; cancelled whether its client went away first; prompt
+// and completion are its tokens.
+func (s *stats) leave(tenant string, generating, cancelled bool, prompt, completion int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.each(tenant, func(c *counters) {
 		c.Active--
 		if generating {
 			c.Generating--
+			c.PromptTokens += int64(prompt)
+			c.CompletionTokens += int64(completion)
 		}
 		switch {
 		case cancelled && !generating:

@@ -19,6 +19,10 @@ type SimCounters struct {
 	Completed       int64 `json:"completed"`
 	Cancelled       int64 `json:"cancelled"`
 	CancelledQueued int64 `json:"cancelledQueued"`
+	// PromptTokens and CompletionTokens are the tokens of the requests
+	// that reached a generation slot (completion: those delivered).
+	PromptTokens     int64 `json:"promptTokens"`
+	CompletionTokens int64 `json:"completionTokens"`
 }
 
 // SimArrival is one request as it reached simserver.
