@@ -1,4 +1,4 @@
-// Package policy is the wire contract between the tiergate controller and its
+// Package v1 (imported as policy) is the wire contract between the tiergate controller and its
 // dispatchers: the Policy document (DESIGN.md section 11), its decoding from
 // JSON or YAML, its validation and its version ordering.
 //
@@ -19,4 +19,4 @@
 //
 // The package imports only the standard library and sigs.k8s.io/yaml (for
 // policy files); it never imports Kubernetes API or HTTP packages.
-package policy
+package v1
