@@ -21,8 +21,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	policy "github.com/tiergate/tiergate/api/policy/v1"
 	"github.com/tiergate/tiergate/dispatcher/admin"
-	"github.com/tiergate/tiergate/dispatcher/policy"
 )
 
 // adminBackend is what the admin handler drives in these tests, as a
