@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -127,7 +128,7 @@ func (s *Server) forward(x *exchange, r *http.Request, st *state, who identity.I
 		return
 	}
 	st.id.Strip(r.Header, who.Tenant)
-	rq := forward.Request{In: r, Body: body, Upgrade: st.exempt[r.URL.Path]}
+	rq := forward.Request{In: r, Body: body, Upgrade: st.exempt[r.URL.Path], Protected: protected}
 	err := s.attempt(x, &rq, p)
 	// A body the proxy streams from the client cannot be sent twice.
 	if errors.Is(err, forward.ErrUnreachable) && rq.Replayable() && r.Context().Err() == nil {
@@ -138,6 +139,10 @@ func (s *Server) forward(x *exchange, r *http.Request, st *state, who identity.I
 	}
 	s.settle(x, r, err)
 }
+
+// protected are the fields the dispatcher sets on a forwarded request
+// (identity.Strip): no client's Connection header removes them.
+var protected = []string{identity.TenantHeader}
 
 // attempt forwards rq to p's backend once and ends p with what it learnt
 // of the backend.
@@ -169,18 +174,30 @@ func outcomeOf(ctx context.Context, status int, err error) balancer.Outcome {
 // cut after its headers (by the backend or the client's connection)
 // aborts the handler, so the client sees a broken answer, not a whole one.
 func (s *Server) settle(x *exchange, r *http.Request, err error) {
+	var bodyErr *forward.ClientBodyError
 	switch {
 	case err == nil && x.sw.code == 0 && x.status == http.StatusSwitchingProtocols:
 		x.sw.code = x.status // written on the switched connection
 	case err == nil:
 	case isTooLarge(err) && x.status == 0:
 		// An exempt path's streamed body outgrew MaxBodyBytes.
+		x.sw.Header().Set("Connection", "close")
 		s.refuse(x, apierror.BodyTooLarge(s.cfg.MaxBodyBytes))
+	case x.status == 0 && errors.As(err, &bodyErr):
+		// A streamed body that failed (malformed, or cut short by a
+		// client that half-closed, which net/http counts as gone) gets
+		// the client a 400, not the empty 200 net/http would send.
+		x.sw.Header().Set("Connection", "close")
+		s.refuse(x, apierror.BadRequest("could not read the request body: "+bodyErr.Err.Error()))
 	case r.Context().Err() != nil || errors.Is(err, forward.ErrClientGone):
+		// Aborted even when nothing was written: net/http would send a
+		// 200 that no backend sent.
 		s.clientGone(x, metrics.StageInflight)
-		if x.status != 0 {
-			panic(http.ErrAbortHandler)
-		}
+		panic(http.ErrAbortHandler)
+	case errors.Is(err, forward.ErrTimeout):
+		s.cfg.Log.V(1).Info("backend timed out", "backend", x.backend.Address, "err", err.Error())
+		apierror.BackendTimeout(x.tier).Write(&x.sw)
+		s.reject(x, queue.CauseBackendTimeout)
 	case errors.Is(err, forward.ErrCut):
 		x.sw.code = http.StatusBadGateway
 		s.cfg.Log.V(1).Info("stream aborted", "backend", x.backend.Address, "err", err.Error())
@@ -215,6 +232,31 @@ func (s *Server) forwardExempt(x *exchange, r *http.Request, st *state, who iden
 		s.refuse(x, apierror.BodyTooLarge(s.cfg.MaxBodyBytes))
 		return
 	}
-	r.Body = http.MaxBytesReader(x.sw.ResponseWriter, r.Body, s.cfg.MaxBodyBytes)
+	// Not http.MaxBytesReader: the Transport reads the body on a goroutine
+	// of its own, which must not touch the ResponseWriter.
+	r.Body = &limitedBody{ReadCloser: r.Body, limit: s.cfg.MaxBodyBytes}
 	s.forward(x, r, st, who, nil)
+}
+
+// limitedBody fails a body that outgrows limit bytes with an
+// *http.MaxBytesError.
+type limitedBody struct {
+	io.ReadCloser
+	limit, read int64
+}
+
+func (b *limitedBody) Read(p []byte) (int, error) {
+	if b.read > b.limit {
+		return 0, &http.MaxBytesError{Limit: b.limit}
+	}
+	// One byte more than allowed tells a body at the limit from one past it.
+	if room := b.limit - b.read + 1; int64(len(p)) > room {
+		p = p[:room]
+	}
+	n, err := b.ReadCloser.Read(p)
+	b.read += int64(n)
+	if b.read > b.limit {
+		return n - int(b.read-b.limit), &http.MaxBytesError{Limit: b.limit}
+	}
+	return n, err
 }

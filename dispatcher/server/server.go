@@ -107,8 +107,7 @@ func New(cfg Config, q *queue.Queue, bal *balancer.Balancer, m *metrics.Metrics)
 		return nil, err
 	}
 	if cfg.Forwarder == nil {
-		// No response timeout: a generation may take minutes.
-		cfg.Forwarder = forward.New(forward.Options{})
+		cfg.Forwarder = forward.New(forward.DefaultOptions())
 	}
 	s := &Server{cfg: cfg, q: q, bal: bal, m: m, bodies: bodies, fwd: cfg.Forwarder, idle: make(chan struct{}, 1)}
 	return s, nil
