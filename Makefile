@@ -88,7 +88,7 @@ vet: ## Run go vet
 	go vet ./...
 
 .PHONY: verify
-verify: ## Fail when generated files are stale or Go files are not gofmt-ed
+verify: ## Fail when generated files are stale, Go files are not gofmt-ed or a doc or comment names a missing path
 	hack/verify.sh
 
 .PHONY: lint
