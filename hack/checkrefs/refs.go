@@ -175,7 +175,8 @@ func wordRefs(line int, text string, top map[string]bool) []ref {
 			continue
 		}
 		first, _, nested := strings.Cut(w, "/")
-		if strings.HasSuffix(w, ".md") || (nested && top[first]) {
+		// A bare ".md" is the suffix talked about, not a file.
+		if (strings.HasSuffix(w, ".md") && path.Base(w) != ".md") || (nested && top[first]) {
 			refs = append(refs, ref{line: line, path: w})
 		}
 	}

@@ -34,7 +34,7 @@ func TestCheck(t *testing.T) {
 			"docs/fleet.md, `hack/tools.sh`, dispatcher/queue's doc, fleet.md (beside this file)",
 			"https://example.com/OLD-DESIGN.md, <https://x.y/docs/gone.md>, [web](http://a/b.md), [top](#design), mailto:x@y.md",
 			"patterns: docs/*.md, hack/{a,b}.sh, docs/<name>.md, $ROOT/docs/x.md, /tmp/docs/x.md",
-			"prose: 3/4 of bin/k8s, ./hack/tools.sh.",
+			"prose: 3/4 of bin/k8s, ./hack/tools.sh., a word ending in \".md\"",
 		}, "\n"), nil},
 		"markdown misses": {"docs/new.md", strings.Join([]string{
 			"[gone](gone.md) and [rooted](/docs/gone.md)",
