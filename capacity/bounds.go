@@ -160,7 +160,7 @@ type TenantBounds struct {
 // Version is 0; the caller sets it.
 func (b Bounds) PolicyFor(i int) policy.Policy { return b.Policies[i] }
 
-// ComputeBounds derives the bounds of DESIGN.md section 4. Errors wrap
+// ComputeBounds derives the bounds of docs/architecture.md#the-bounds. Errors wrap
 // ErrInvalidInput. The input is not modified.
 func ComputeBounds(in BoundsInput) (Bounds, error) {
 	if err := validateInput(in); err != nil {

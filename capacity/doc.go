@@ -1,4 +1,4 @@
-// Package capacity is the bounds computation of DESIGN.md section 4: from a
+// Package capacity is the bounds computation of docs/architecture.md#the-bounds: from a
 // ModelPool's spec, its ready replicas, its ServiceTiers and TenantQuotas
 // to the status values and to one Policy per dispatcher. The controller and
 // `tiergate simulate` both call ComputeBounds, so what the simulator shows
@@ -9,7 +9,7 @@
 //   - rates.go: R, C and S give P = R × C and μ = P / S; every conversion
 //     between requests and time goes through the rates type. At R = 0 with
 //     spec.coldStart the bounds are those of the first replica, μ₁ = C / S
-//     serving from the cold start on (DESIGN.md section 12).
+//     serving from the cold start on (docs/architecture.md#the-bounds).
 //   - tiers.go: each tier's queue bound and tenant limits, then its maxWait.
 //   - tenants.go: which TenantQuota is in force for a tenant, and which
 //     tenant owns an API key listed twice.

@@ -7,7 +7,7 @@ import (
 	"github.com/tiergate/tiergate/capacity"
 )
 
-// Controller metrics (DESIGN.md section 9), served by the manager's metrics
+// Controller metrics (docs/architecture.md#metrics), served by the manager's metrics
 // endpoint. Labels never name a tenant. The pool label is "namespace/name",
 // the same value the dispatchers' metrics carry (Policy.Pool), so rules can
 // join the two on (pool, tier).

@@ -149,7 +149,7 @@ func TestReconcileExportsTierMaxWait(t *testing.T) {
 		t.Fatalf("%s: %v", step, last)
 	}
 
-	// DESIGN.md section 4: ΣL = 20+80+120 drains in 55s, plus S; the
+	// docs/architecture.md#the-bounds: ΣL = 20+80+120 drains in 55s, plus S; the
 	// ageing rate is 6s per point.
 	expect("the seed's pool", map[string]float64{"premium": 61, "standard": 121, "free": 181})
 

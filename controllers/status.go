@@ -89,7 +89,7 @@ func desiredPoolStatus(cur v1alpha1.ModelPoolStatus, v poolView, now metav1.Time
 	} else {
 		set(v1alpha1.ModelPoolDegraded, false, string(v1alpha1.ReasonHealthy), "every dispatcher accepts pushes")
 	}
-	// The ageing horizon against the client timeout (DESIGN.md section 4).
+	// The ageing horizon against the client timeout (docs/architecture.md#the-bounds).
 	set(v1alpha1.ModelPoolAgeingHorizonExceedsClientTimeout, b.HorizonExceedsClientTimeout, horizonReason(b), capacity.HorizonMessage(b))
 	set(v1alpha1.ModelPoolAutoscalerUnavailable, v.Autoscaler.unavailable, string(v.Autoscaler.reason), v.Autoscaler.message)
 	setAuthConditions(&st.Conditions, now, v.Generation, v.Auth)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Usage: hack/check-imports.sh [--rule pure|no-client|no-dispatcher] [PACKAGE...]
 #
-# Enforces the import boundaries of DESIGN.md section 2 over each
+# Enforces the import boundaries of docs/architecture.md#packages-and-import-rules over each
 # package's whole non-test dependency closure, not only its direct imports:
 #
 #   pure       the queue and the policy wire type: nothing in the closure is

@@ -99,6 +99,18 @@ current() {
 	done
 }
 
+# check_version NAME WANT ARG...: bin/k8s/NAME ARG... prints the line WANT.
+check_version() {
+	local name=$1 want=$2 got
+	shift 2
+	got=$("$bin/k8s/$name" "$@")
+	if ! grep -qxF "$want" <<<"$got"; then
+		echo "tools: bin/k8s/$name reports the wrong version (want \"$want\"):" >&2
+		echo "$got" >&2
+		exit 1
+	fi
+}
+
 build_control_plane() {
 	local minor=${K8S_VERSION#v1.}
 	minor=${minor%%.*}
@@ -115,20 +127,15 @@ build_control_plane() {
 	echo "tools: building bin/k8s/{kube-apiserver,etcd,kubectl} ${K8S_VERSION} (the first build takes minutes)"
 	mkdir -p "$bin/k8s"
 	rm -f "$stamp"
-	(
-		cd "$root/hack/tools"
-		go build -ldflags "$ldflags" -o "$bin/k8s/kube-apiserver" ./cmd/kube-apiserver
-		go build -o "$bin/k8s/etcd" ./cmd/etcd
-		go build -ldflags "$ldflags" -o "$bin/k8s/kubectl" ./cmd/kubectl
-	)
+	# One go build for the three, so the packages they share (most of
+	# Kubernetes and etcd's client) are loaded and scheduled once and the
+	# links overlap the compiles. -o DIR/ names each binary after its
+	# package directory. etcd links none of the stamped symbols; -X leaves
+	# it alone.
+	(cd "$root/hack/tools" && go build -ldflags "$ldflags" -o "$bin/k8s/" ./cmd/kube-apiserver ./cmd/etcd ./cmd/kubectl)
 	# Unstamped binaries report v0.0.0-master, which breaks Helm's KubeVersion.
-	local got
-	got=$("$bin/k8s/kubectl" version --client)
-	if ! grep -qx "Client Version: ${K8S_VERSION}" <<<"$got"; then
-		echo "tools: bin/k8s/kubectl reports the wrong version:" >&2
-		echo "$got" >&2
-		exit 1
-	fi
+	check_version kubectl "Client Version: ${K8S_VERSION}" version --client
+	check_version kube-apiserver "Kubernetes ${K8S_VERSION}" --version
 	echo "$key" >"$stamp"
 }
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Fails when the generated files in the tree are stale or a tracked Go file
-# is not gofmt-ed (untracked work in progress is not judged). It regenerates
+# Fails when the generated files in the tree are stale, a tracked Go file
+# is not gofmt-ed, or a tracked doc or comment refers to a path that does
+# not exist (untracked work in progress is not judged). It regenerates
 # into a temporary directory (through the same make targets, with their
 # output directories pointed there) and compares, so it never touches the
 # work tree.
@@ -43,7 +44,15 @@ if [[ ${#gofiles[@]} -gt 0 ]]; then
 	fi
 fi
 
+# A doc or comment naming a path of the repository must find it there
+# (hack/checkrefs says which file and line does not).
+go build -o "$tmp/checkrefs" ./hack/checkrefs
+if ! "$tmp/checkrefs" "$root" >/dev/null; then
+	echo "verify: dangling references (fix the path or the reference)" >&2
+	stale=1
+fi
+
 if [[ $stale -ne 0 ]]; then
 	exit 1
 fi
-echo "verify: generated files are current and Go files are gofmt-ed"
+echo "verify: generated files are current, Go files are gofmt-ed and every referenced path exists"

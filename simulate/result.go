@@ -138,7 +138,7 @@ type TierResult struct {
 	Bound            int   `json:"bound"`
 	TenantLimit      int   `json:"tenantLimit"`
 	TenantQueueLimit int   `json:"tenantQueueLimit"`
-	// MaxWait is the stated guarantee (DESIGN.md section 5), seconds.
+	// MaxWait is the stated guarantee (docs/architecture.md#the-queue), seconds.
 	MaxWait float64 `json:"maxWait"`
 	// MaxQueued is the longest the tier's queue was.
 	MaxQueued int `json:"maxQueued"`

@@ -163,7 +163,7 @@ func (s *queueScheduler) Close() error {
 
 func (s *queueScheduler) WatchesClients() bool { return true }
 
-// Check checks the queue's bounds (DESIGN.md section 5) and, at the end,
+// Check checks the queue's bounds (docs/architecture.md#the-queue) and, at the end,
 // that every job it admitted ended exactly once or is still queued or in
 // flight, and that no slot was released twice.
 func (s *queueScheduler) Check(end bool) (snapshot, error) {

@@ -87,7 +87,7 @@ func TestSeedOverload(t *testing.T) {
 		if prem.ThroughputShare < 0.5 {
 			t.Errorf("premium got %.1f%% of the throughput, want most of it", 100*prem.ThroughputShare)
 		}
-		want := map[string]float64{"premium": 91, "standard": 151, "free": 211} // DESIGN.md section 5 with ΣL = 340, μ = 4, S = 6
+		want := map[string]float64{"premium": 91, "standard": 151, "free": 211} // docs/architecture.md#the-queue with ΣL = 340, μ = 4, S = 6
 		for name, tr := range res.Tiers {
 			if tr.MaxWait != want[name] {
 				t.Errorf("tier %s: stated maxWait %gs, want %gs", name, tr.MaxWait, want[name])

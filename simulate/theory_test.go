@@ -218,7 +218,7 @@ func TestStrictStarvesTheLowestTier(t *testing.T) {
 
 // TestStatedMaxWaitHolds: a tiergate request whose tenant stayed under its
 // own limits from admission to dispatch waits at most its tier's stated
-// maxWait (DESIGN.md section 5). expectStatedMaxWait checks it on every
+// maxWait (docs/architecture.md#the-queue). expectStatedMaxWait checks it on every
 // tiergate run of TestLittlesLaw and TestStrictStarvesTheLowestTier, and
 // TestSeedOverload on the seed's sustained overload; these are the
 // scenarios no other test runs.

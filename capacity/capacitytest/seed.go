@@ -1,5 +1,5 @@
-// Package capacitytest builds the seed's worked example (DESIGN.md section
-// 4) as API objects, for the tests of capacity and of its callers. It holds
+// Package capacitytest builds the seed's worked example (docs/architecture.md#the-bounds)
+// as API objects, for the tests of capacity and of its callers. It holds
 // no state; every call returns fresh objects.
 package capacitytest
 

@@ -1,4 +1,4 @@
-// Package admin is the dispatcher's admin port (DESIGN.md sections 6 and 7):
+// Package admin is the dispatcher's admin port (docs/architecture.md#admin-api):
 //
 //	PUT /v1/policy   apply a Policy (bearer token); 200 + policy.Ack,
 //	                 400 invalid or of a newer schema (old policy stays),

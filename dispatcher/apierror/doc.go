@@ -4,7 +4,7 @@
 //
 //	{"error":{"type":"…","message":"…","tier":"…","queue_position":N,"retry_after_seconds":N}}
 //
-// that DESIGN.md section 6 fixes. The causes (the body's "type", also the
+// that docs/architecture.md#answers-and-refusals fixes. The causes (the body's "type", also the
 // cause label of tiergate_rejections_total) are dispatcher/queue's Cause
 // constants; one table here gives each its HTTP status. FromQueue maps the queue's
 // errors (errors.As on *queue.Refusal for the tier, position and

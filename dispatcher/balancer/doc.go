@@ -1,5 +1,5 @@
 // Package balancer picks a backend for each dispatched request: the one
-// with the fewest outstanding requests (DESIGN.md section 6), ties
+// with the fewest outstanding requests (docs/architecture.md#the-data-path), ties
 // round-robin, among the backends that passive health checking keeps in
 // service.
 //

@@ -1,4 +1,4 @@
-// Package fleet is the dispatcher's fleet mode (DESIGN.md section 8): a
+// Package fleet is the dispatcher's fleet mode (docs/fleet.md): a
 // gate.Gate on Redis that makes tier bounds, tenant queue limits, pool
 // slots and tenant concurrency limits exact across every dispatcher replica
 // of a pool. Local mode (--state=local, the default) needs none of it.

@@ -95,7 +95,7 @@ func (l *ledger) grant(ls *lease, pool string) {
 }
 
 // slice is this dispatcher's share of pool-wide numbers while Redis is out
-// of reach: the same split as local mode (DESIGN.md section 4). The pool's
+// of reach: the same split as local mode (docs/architecture.md#the-bounds). The pool's
 // slots are divided as evenly as whole numbers allow among the dispatchers
 // Redis last listed, lower ranks taking the remainder, so the slices sum to
 // the pool; every other number is scaled by the slot fraction. Nothing

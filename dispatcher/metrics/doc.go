@@ -1,4 +1,4 @@
-// Package metrics defines every dispatcher metric of DESIGN.md section 9
+// Package metrics defines every dispatcher metric of docs/architecture.md#metrics
 // (prefix tiergate_). Labels never include a tenant.
 //
 // Two kinds:

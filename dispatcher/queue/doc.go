@@ -1,5 +1,5 @@
 // Package queue is tiergate's ageing, bounded priority queue with per-tenant
-// concurrency caps (DESIGN.md section 5). It decides which admitted request
+// concurrency caps (docs/architecture.md#the-queue). It decides which admitted request
 // gets the next free slot of the model pool, refuses work that could not be
 // served in time, and measures drain rates and service time.
 //

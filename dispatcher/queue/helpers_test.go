@@ -12,7 +12,7 @@ import (
 
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
-// seedPolicy is the seed's worked example (DESIGN.md section 4) with the
+// seedPolicy is the seed's worked example (docs/architecture.md#the-bounds) with the
 // given slots.
 func seedPolicy(slots int) *policy.Policy {
 	return &policy.Policy{

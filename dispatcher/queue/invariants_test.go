@@ -4,8 +4,8 @@ import (
 	"fmt"
 )
 
-// checkStructure verifies the queue's internal consistency (DESIGN.md
-// section 5 data structures) and returns the first violation found:
+// checkStructure verifies the queue's internal consistency (the data
+// structures of docs/architecture.md#the-queue) and returns the first violation found:
 // counts agree with the lists, every tenant FIFO and tier list is in order,
 // the heap holds exactly the runnable tenants in heap order, (local mode)
 // no runnable tenant waits while a slot is free, and (fleet mode) a pump

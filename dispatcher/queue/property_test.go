@@ -293,8 +293,8 @@ func (d *driver) snap() snapshot {
 	return s
 }
 
-// check compares every job's state with the model and checks the DESIGN.md
-// section 5 invariants. Limits and bounds may be exceeded only by work that
+// check compares every job's state with the model and checks the
+// invariants of docs/architecture.md#the-queue. Limits and bounds may be exceeded only by work that
 // was there before a policy lowered them or moved a tenant's queued jobs to
 // another tier (it is never cancelled), so a count above its limit must not
 // have risen, except in a step that moved jobs.

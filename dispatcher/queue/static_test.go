@@ -12,7 +12,7 @@ import (
 )
 
 // TestNoWallClockOrSleep: the queue takes all time from its injected clock
-// and never sleeps or polls (DESIGN.md section 5).
+// and never sleeps or polls (docs/architecture.md#the-queue).
 func TestNoWallClockOrSleep(t *testing.T) {
 	files, err := filepath.Glob("*.go")
 	if err != nil {

@@ -1,4 +1,4 @@
-// Package server is the dispatcher's data path (DESIGN.md section 6): for
+// Package server is the dispatcher's data path (docs/architecture.md#the-data-path): for
 // every request it identifies the tenant, sends exempt paths straight to a
 // backend, admits the rest through dispatcher/queue, waits, picks a backend
 // (dispatcher/balancer: the fewest outstanding among those passive health

@@ -289,9 +289,11 @@ func (d *demo) removeWorkDir(runErr error) {
 // build compiles tiergate and the simserver into the work directory.
 func (d *demo) build(ctx context.Context) error {
 	d.ui.logf("building tiergate and hack/simserver into %s (go build; quick once cached)", filepath.Join(d.work, "bin"))
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", filepath.Join(d.work, "bin")+string(filepath.Separator), ".", "./hack/simserver")
+	// Static and trimmed, as make build compiles the release: the packages
+	// compiled for one are reused by the other.
+	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", filepath.Join(d.work, "bin")+string(filepath.Separator), ".", "./hack/simserver")
 	cmd.Dir = d.cfg.Root
-	cmd.Env = append(os.Environ(), "GOWORK=off")
+	cmd.Env = append(os.Environ(), "GOWORK=off", "CGO_ENABLED=0")
 	out, err := cmd.CombinedOutput()
 	if ctx.Err() != nil {
 		return context.Cause(ctx)

@@ -707,7 +707,7 @@ func TestPoolDeletion(t *testing.T) {
 		}
 		return nil
 	})
-	// The dispatcher keeps its last policy (DESIGN.md section 7) and gets
+	// The dispatcher keeps its last policy (docs/architecture.md#controller-and-dispatcher) and gets
 	// no more pushes: not for the Deployment's change, nor for the three
 	// resyncs the other pool gets after the same change to its own.
 	before, err := getPolicy(e.disp[0])

@@ -76,8 +76,8 @@ func startDemo(t *testing.T, duration string, goRun bool) *demoRun {
 		"--pid-file", r.pidFile, "--root", repoRoot, "--k8s-bin", k8sBin}
 	var cmd *exec.Cmd
 	if goRun {
-		cmd = exec.Command("go", append([]string{"run", "./hack/demo"}, args...)...)
-		cmd.Env = append(os.Environ(), "GOWORK=off")
+		cmd = exec.Command("go", append([]string{"run", "-trimpath", "./hack/demo"}, args...)...)
+		cmd.Env = append(os.Environ(), "GOWORK=off", "CGO_ENABLED=0")
 	} else {
 		cmd = exec.Command(demoBin, args...)
 	}

@@ -1,5 +1,5 @@
-// Package fleet holds the process-level tests of fleet mode (DESIGN.md
-// section 8): real `tiergate dispatcher` processes sharing caps
+// Package fleet holds the process-level tests of fleet mode (docs/fleet.md
+// and docs/architecture.md#fleet-mode): real `tiergate dispatcher` processes sharing caps
 // through a real redis-server, in front of a real simserver (the stand-in
 // for vLLM), driven by real HTTP clients.
 //

@@ -292,7 +292,7 @@ func runControllerAsServiceAccount(t *testing.T, ns, release string) {
 	})
 
 	// With the sample's 6 ready replicas the tiers state their guarantees
-	// (DESIGN.md section 4: 61s, 121s, 181s), and /metrics serves them with
+	// (docs/architecture.md#the-queue: 61s, 121s, 181s), and /metrics serves them with
 	// the pool label the dispatchers use, for the chart's alert to join on.
 	kubectl(t, "patch", "deployment", "llm", "--namespace", ns, "--subresource=status", "--type=merge",
 		"-p", `{"status":{"replicas":6,"readyReplicas":6}}`)

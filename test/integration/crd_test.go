@@ -154,7 +154,7 @@ func TestSamplesApplyWithKubectl(t *testing.T) {
 	ns := newNamespace(t)
 	applySamples(t, ns)
 
-	// The samples are the seed's worked example (DESIGN.md section 4).
+	// The samples are the seed's worked example (docs/architecture.md#the-bounds).
 	ctx := context.Background()
 	var pool tiergatev1alpha1.ModelPool
 	if err := k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: "llm"}, &pool); err != nil {

@@ -1,5 +1,5 @@
 // Package v1 (imported as policy) is the wire contract between the tiergate controller and its
-// dispatchers: the Policy document (DESIGN.md section 11), its decoding from
+// dispatchers: the Policy document (docs/architecture.md#the-policy-document), its decoding from
 // JSON or YAML, its validation and its version ordering.
 //
 // Decode (JSON or YAML, unknown fields and trailing documents refused,
