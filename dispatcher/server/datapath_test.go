@@ -12,8 +12,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	policy "github.com/tiergate/tiergate/api/policy/v1"
 	"github.com/tiergate/tiergate/dispatcher/forward"
-	"github.com/tiergate/tiergate/dispatcher/policy"
 )
 
 // The tests of issue 21's table that are about the dispatcher's own
