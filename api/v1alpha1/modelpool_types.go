@@ -266,8 +266,8 @@ type ModelPoolStatus struct {
 	DesiredReplicas int32 `json:"desiredReplicas"`
 
 	// conditions: Ready, Synced, Degraded, AgeingHorizonExceedsClientTimeout,
-	// AutoscalerUnavailable, FewerSlotsThanDispatchers, TenantHeaderUnprotected
-	// (TrustedHeader mode) and JWKSReady (JWT mode).
+	// AutoscalerUnavailable, FewerSlotsThanDispatchers, DispatcherSkew,
+	// TenantHeaderUnprotected (TrustedHeader mode) and JWKSReady (JWT mode).
 	// +listType=map
 	// +listMapKey=type
 	// +optional
