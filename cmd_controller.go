@@ -5,12 +5,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net/url"
 	"os"
 	"os/signal"
 	"strings"
 	"syscall"
-	"time"
 
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -38,15 +36,14 @@ type controllerFlags struct {
 	metricsAddr, probeAddr string
 	leaderElect            bool
 	leaderNS, leaderID     string
-	kubeconfig, tokenFile  string
-	prometheusAddr         string
-	tokenSecret, tokenKey  string
-	resync, pushTimeout    time.Duration
-	jwksCAFile             string
-	jwksMinRefetch         time.Duration
+	kubeconfig             string
+	tokenSecret            string
 	qps                    float64
 	burst                  int
 	zap                    zap.Options
+	// cfg is the controllers' configuration: its flags take their defaults
+	// from controllers.DefaultConfig and parseControllerFlags validates it.
+	cfg controllers.Config
 }
 
 func runController(args []string, _, stderr io.Writer) int {
@@ -58,7 +55,7 @@ func runController(args []string, _, stderr io.Writer) int {
 	logger := zap.New(zap.UseFlagOptions(&f.zap))
 	ctrl.SetLogger(logger)
 	log := logger.WithName("controller")
-	if f.tokenFile == "" && f.tokenSecret == "" {
+	if f.cfg.PushTokenFile == "" && f.tokenSecret == "" {
 		log.Info("no --push-token-file: pushes carry no token and dispatchers that require one answer 401")
 	}
 	mgr, err := newControllerManager(f)
@@ -68,16 +65,7 @@ func runController(args []string, _, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	secret, _ := tokenSecretName(f.tokenSecret) // checked by parseControllerFlags
-	if err := controllers.Setup(ctx, mgr, controllers.Options{
-		PushTokenFile:      f.tokenFile,
-		PushTokenSecret:    secret,
-		PushTokenSecretKey: f.tokenKey,
-		PushTimeout:        f.pushTimeout,
-		ResyncPeriod:       f.resync,
-		PrometheusAddress:  f.prometheusAddr,
-		JWKS:               controllers.JWKSFetcherOptions{CAFile: f.jwksCAFile, MinRefetch: f.jwksMinRefetch},
-	}); err != nil {
+	if err := controllers.Setup(ctx, mgr, f.cfg); err != nil {
 		log.Error(err, "cannot set up the controllers")
 		return 1
 	}
@@ -85,6 +73,7 @@ func runController(args []string, _, stderr io.Writer) int {
 }
 
 func parseControllerFlags(args []string, stderr io.Writer) (f controllerFlags, code int, done bool) {
+	f.cfg = controllers.DefaultConfig()
 	fs := flag.NewFlagSet("tiergate controller", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&f.metricsAddr, "metrics-bind-address", ":8080", `address of the metrics endpoint; "0" disables it`)
@@ -93,16 +82,10 @@ func parseControllerFlags(args []string, stderr io.Writer) (f controllerFlags, c
 	fs.StringVar(&f.leaderNS, "leader-election-namespace", "", "namespace of the leader election Lease (default: the pod's namespace)")
 	fs.StringVar(&f.leaderID, "leader-election-id", "tiergate-controller.tiergate.dev", "name of the leader election Lease")
 	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster, then $KUBECONFIG, then ~/.kube/config)")
-	fs.StringVar(&f.tokenFile, "push-token-file", "", "file holding the bearer token sent with every policy push (followed as a mounted Secret is rotated)")
 	fs.StringVar(&f.tokenSecret, "push-token-secret", "", "NAMESPACE/NAME of the push token Secret to create with a random token when it is missing; its token serves until --push-token-file exists")
-	fs.StringVar(&f.tokenKey, "push-token-secret-key", "token", "key of the token in --push-token-secret")
-	fs.DurationVar(&f.resync, "resync-period", 30*time.Second, "push to every dispatcher at least this often, even when it holds the current policy")
-	fs.DurationVar(&f.pushTimeout, "push-timeout", 5*time.Second, "timeout of one policy push")
-	fs.StringVar(&f.prometheusAddr, "prometheus-address", "", "Prometheus server (http or https URL) that KEDA ScaledObjects query when a pool's spec.autoscaling.prometheus.serverAddress is empty")
-	fs.StringVar(&f.jwksCAFile, "jwks-ca-file", "", "PEM file of CA certificates trusted, besides the system roots, for ModelPool spec.authentication.jwt.jwks.url")
-	fs.DurationVar(&f.jwksMinRefetch, "jwks-min-refetch-interval", 30*time.Second, "shortest time between two fetches of one JWKS URL that an unknown key ID or a failed fetch asks for")
 	fs.Float64Var(&f.qps, "kube-api-qps", 50, "queries per second to the API server (client-side limit)")
 	fs.IntVar(&f.burst, "kube-api-burst", 100, "burst of queries to the API server (client-side limit)")
+	bindConfigFlags(fs, &f.cfg)
 	f.zap.BindFlags(fs)
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: tiergate controller [flags]\n\nReconciles ModelPools, ServiceTiers and TenantQuotas and pushes each\ndispatcher pod its policy.\n\nFlags:")
@@ -115,36 +98,30 @@ func parseControllerFlags(args []string, stderr io.Writer) (f controllerFlags, c
 		fmt.Fprintf(stderr, "tiergate controller: --kube-api-qps (%v) and --kube-api-burst (%d) must be positive\n", f.qps, f.burst)
 		return f, 2, true
 	}
-	if msg := checkPrometheusAddress(f.prometheusAddr); msg != "" {
-		fmt.Fprintf(stderr, "tiergate controller: --prometheus-address %q %s\n", f.prometheusAddr, msg)
-		return f, 2, true
-	}
-	if _, err := tokenSecretName(f.tokenSecret); err != nil {
+	secret, err := tokenSecretName(f.tokenSecret)
+	if err != nil {
 		fmt.Fprintln(stderr, "tiergate controller:", err)
 		return f, 2, true
 	}
-	if f.jwksMinRefetch <= 0 {
-		fmt.Fprintf(stderr, "tiergate controller: --jwks-min-refetch-interval (%s) must be positive\n", f.jwksMinRefetch)
-		return f, 2, true
-	}
-	if f.resync <= 0 || f.pushTimeout <= 0 {
-		fmt.Fprintf(stderr, "tiergate controller: --resync-period (%s) and --push-timeout (%s) must be positive\n", f.resync, f.pushTimeout)
+	f.cfg.PushTokenSecret = secret
+	if err := f.cfg.Validate(); err != nil {
+		fmt.Fprintln(stderr, "tiergate controller:", err)
 		return f, 2, true
 	}
 	return f, 0, false
 }
 
-// checkPrometheusAddress says what is wrong with a --prometheus-address,
-// "" when nothing is: the CRD holds a pool's own address to the same rule.
-func checkPrometheusAddress(a string) string {
-	if a == "" {
-		return ""
-	}
-	u, err := url.Parse(a)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" {
-		return "must be an http or https URL, such as http://prometheus-operated.monitoring.svc:9090"
-	}
-	return ""
+// bindConfigFlags binds the flags of the controllers' configuration; each
+// takes its default from the value cfg holds (controllers.DefaultConfig).
+func bindConfigFlags(fs *flag.FlagSet, cfg *controllers.Config) {
+	fs.StringVar(&cfg.PushTokenFile, "push-token-file", cfg.PushTokenFile, "file holding the bearer token sent with every policy push (followed as a mounted Secret is rotated)")
+	fs.StringVar(&cfg.PushTokenSecretKey, "push-token-secret-key", cfg.PushTokenSecretKey, "key of the token in --push-token-secret")
+	fs.DurationVar(&cfg.ResyncPeriod, "resync-period", cfg.ResyncPeriod, "push to every dispatcher at least this often, even when it holds the current policy")
+	fs.DurationVar(&cfg.PushTimeout, "push-timeout", cfg.PushTimeout, "timeout of one policy push")
+	fs.IntVar(&cfg.PushWorkers, "push-workers", cfg.PushWorkers, "policy pushes that run at once, to different dispatcher pods")
+	fs.StringVar(&cfg.PrometheusAddress, "prometheus-address", cfg.PrometheusAddress, "Prometheus server (http or https URL) that KEDA ScaledObjects query when a pool's spec.autoscaling.prometheus.serverAddress is empty")
+	fs.StringVar(&cfg.JWKSCAFile, "jwks-ca-file", cfg.JWKSCAFile, "PEM file of CA certificates trusted, besides the system roots, for ModelPool spec.authentication.jwt.jwks.url")
+	fs.DurationVar(&cfg.JWKSMinRefetch, "jwks-min-refetch-interval", cfg.JWKSMinRefetch, "shortest time between two fetches of one JWKS URL that an unknown key ID or a failed fetch asks for")
 }
 
 // newControllerManager connects to the API server and builds the manager
@@ -192,7 +169,8 @@ func startManager(ctx context.Context, mgr ctrl.Manager, log logr.Logger, f cont
 		log.Error(err, "cannot add the ready check")
 		return 1
 	}
-	log.Info("starting", "leaderElect", f.leaderElect, "resyncPeriod", f.resync.String(), "pushTimeout", f.pushTimeout.String(), "prometheusAddress", f.prometheusAddr)
+	log.Info("starting", "leaderElect", f.leaderElect, "resyncPeriod", f.cfg.ResyncPeriod.String(), "pushTimeout", f.cfg.PushTimeout.String(),
+		"pushWorkers", f.cfg.PushWorkers, "prometheusAddress", f.cfg.PrometheusAddress)
 	if err := mgr.Start(ctx); err != nil {
 		log.Error(err, "manager stopped")
 		return 1

@@ -26,15 +26,23 @@
 //     JWKSFetcher (jwksfetch.go) fetches JWKS URLs on their refresh
 //     interval, after failures and when a dispatcher's ack names a key ID
 //     the set lacks, at most once per MinRefetch, and notifies the pool.
-//   - Pusher keeps one sender goroutine per dispatcher pod (keyed by UID)
-//     while the pod is a target; senders push concurrently with a bounded
-//     timeout and exponential backoff, and report each attempt through a
-//     non-blocking notifier that enqueues the pool again.
+//   - Pusher (push.go, pushqueue.go, pushhttp.go) queues a (pool, pod) key
+//     on client-go's rate-limited workqueue, the one controller-runtime
+//     uses, whenever the pod needs a push; a bounded number of workers push
+//     each key's newest target with a timeout (one PUT, classified in
+//     pushhttp.go), a failed key comes back after its own exponential
+//     backoff, and each attempt is reported through a non-blocking notifier
+//     that enqueues the pool again. The queue's workqueue_* metrics carry
+//     name="push".
+//   - config.go is the one place of the controllers' defaults and
+//     validation (Config, DefaultConfig); the Pusher's and the JWKS
+//     fetcher's options are derived from it.
 //
 // Concurrency: controller-runtime serialises reconciles of one pool, so a
 // pool's in-memory state (content hash, version, last resync) is only
 // touched by one reconcile at a time; the map holding it, and the Pusher's
-// per-pod state, are guarded by mutexes. Pusher, notifier and
+// per-key state, are guarded by mutexes; the workqueue never hands one key
+// to two workers at once. Pusher, notifier and
 // JWKSFetcher are manager runnables that need leader election, so only the
 // leader pushes and fetches; the fetcher's per-pool state is guarded by its
 // mutex and each fetch runs in its own goroutine.

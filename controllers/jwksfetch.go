@@ -21,32 +21,42 @@ import (
 	policy "github.com/tiergate/tiergate/api/policy/v1"
 )
 
-// JWKS fetching defaults.
 const (
-	defaultJWKSRefresh    = 10 * time.Minute
-	defaultJWKSMinRefetch = 30 * time.Second
-	defaultJWKSTimeout    = 10 * time.Second
-	maxJWKSBytes          = 1 << 20
+	// defaultJWKSRefresh is a pool's refresh interval when its spec names
+	// none (the CRD's default).
+	defaultJWKSRefresh = 10 * time.Minute
+	maxJWKSBytes       = 1 << 20
 )
 
-// JWKSFetcherOptions configures a JWKSFetcher. Zero values take the
-// defaults.
+// JWKSFetcherOptions configures a JWKSFetcher. Config.jwksOptions derives
+// them from the controller's configuration; nothing here has a default.
 type JWKSFetcherOptions struct {
 	// MinRefetch is the shortest time between two fetches of one URL that
-	// a dispatcher's unknown key ID or a failure asks for (default 30s):
-	// tokens naming made-up key IDs cannot make the controller hammer the
-	// identity provider.
+	// a dispatcher's unknown key ID or a failure asks for: tokens naming
+	// made-up key IDs cannot make the controller hammer the identity
+	// provider.
 	MinRefetch time.Duration
-	// Timeout bounds one fetch (default 10s).
+	// Timeout bounds one fetch.
 	Timeout time.Duration
 	// CAFile, when set, is a PEM bundle trusted besides the system roots.
 	CAFile string
 	// Transport overrides the HTTP transport (tests).
 	Transport http.RoundTripper
 	Clock     clock.WithTicker
-	// Notify is called with a pool whose key set or fetch error changed.
+	// Notify, when set, is called with a pool whose key set or fetch error
+	// changed.
 	Notify func(types.NamespacedName)
 	Log    logr.Logger
+}
+
+func (o JWKSFetcherOptions) validate() error {
+	switch {
+	case o.MinRefetch <= 0 || o.Timeout <= 0:
+		return fmt.Errorf("%w: JWKS min refetch %s and timeout %s must be positive", ErrInvalidOptions, o.MinRefetch, o.Timeout)
+	case o.Clock == nil:
+		return fmt.Errorf("%w: the JWKS fetcher needs a clock", ErrInvalidOptions)
+	}
+	return nil
 }
 
 // JWKSFetcher keeps the key sets of the pools whose JWKS comes from an
@@ -87,20 +97,11 @@ type JWKSState struct {
 
 // NewJWKSFetcher returns a fetcher; call Start (the manager does) to run it.
 func NewJWKSFetcher(opts JWKSFetcherOptions) (*JWKSFetcher, error) {
-	if opts.MinRefetch == 0 {
-		opts.MinRefetch = defaultJWKSMinRefetch
-	}
-	if opts.Timeout == 0 {
-		opts.Timeout = defaultJWKSTimeout
-	}
-	if opts.Clock == nil {
-		opts.Clock = clock.RealClock{}
+	if err := opts.validate(); err != nil {
+		return nil, err
 	}
 	if opts.Notify == nil {
 		opts.Notify = func(types.NamespacedName) {}
-	}
-	if opts.MinRefetch < 0 || opts.Timeout < 0 {
-		return nil, fmt.Errorf("%w: JWKS min refetch %s and timeout %s must be positive", ErrInvalidOptions, opts.MinRefetch, opts.Timeout)
 	}
 	if opts.Transport == nil {
 		tr, err := jwksTransport(opts.CAFile, opts.Timeout)

@@ -126,7 +126,7 @@ func TestJWKSFetcher(t *testing.T) {
 	k1 := jwttest.NewKey(t, policy.AlgES256, "k1")
 	k2 := jwttest.NewKey(t, policy.AlgEdDSA, "k2")
 	srv := newIDP(t, jwksDoc(t, k1.JWK))
-	r := startFetcher(t, JWKSFetcherOptions{MinRefetch: 30 * time.Second, Transport: srv.Client().Transport})
+	r := startFetcher(t, withTransport(DefaultConfig().jwksOptions(), srv.Client().Transport))
 	pool := types.NamespacedName{Namespace: "ns", Name: "llm"}
 	url := srv.URL + "/jwks.json"
 	t0 := r.clk.Now()
@@ -201,7 +201,7 @@ func TestJWKSFetchRefusals(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			srv := httptest.NewTLSServer(tc.handler)
 			defer srv.Close()
-			f, err := NewJWKSFetcher(JWKSFetcherOptions{Transport: srv.Client().Transport})
+			f, err := NewJWKSFetcher(withTransport(DefaultConfig().jwksOptions(), srv.Client().Transport))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -223,14 +223,14 @@ func TestJWKSCAFile(t *testing.T) {
 	if err := os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	trusting, err := NewJWKSFetcher(JWKSFetcherOptions{CAFile: ca})
+	trusting, err := NewJWKSFetcher(withCAFile(ca))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if keys, _, err := trusting.fetch(context.Background(), srv.URL); err != nil || len(keys.Keys) != 1 {
 		t.Fatalf("with the CA file: %v", err)
 	}
-	plain, err := NewJWKSFetcher(JWKSFetcherOptions{})
+	plain, err := NewJWKSFetcher(DefaultConfig().jwksOptions())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -239,7 +239,7 @@ func TestJWKSCAFile(t *testing.T) {
 	}
 	bad := filepath.Join(t.TempDir(), "bad.pem")
 	_ = os.WriteFile(bad, []byte("not a certificate"), 0o600)
-	if _, err := NewJWKSFetcher(JWKSFetcherOptions{CAFile: bad}); err == nil || err.Error() != "invalid controller options: the JWKS CA file "+bad+" holds no PEM certificate" {
+	if _, err := NewJWKSFetcher(withCAFile(bad)); err == nil || err.Error() != "invalid controller options: the JWKS CA file "+bad+" holds no PEM certificate" {
 		t.Fatalf("a bad CA file: %v", err)
 	}
 }
@@ -247,7 +247,7 @@ func TestJWKSCAFile(t *testing.T) {
 // The reconciler registers a pool's URL with the fetcher, and forgets it
 // once the pool takes its keys from elsewhere.
 func TestReconcilerRegistersURLs(t *testing.T) {
-	f, err := NewJWKSFetcher(JWKSFetcherOptions{})
+	f, err := NewJWKSFetcher(DefaultConfig().jwksOptions())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -285,4 +285,15 @@ func TestReconcilerRegistersURLs(t *testing.T) {
 	if got := registered(); len(got) != 0 {
 		t.Fatalf("still registered %v", got)
 	}
+}
+
+func withTransport(o JWKSFetcherOptions, tr http.RoundTripper) JWKSFetcherOptions {
+	o.Transport = tr
+	return o
+}
+
+func withCAFile(path string) JWKSFetcherOptions {
+	c := DefaultConfig()
+	c.JWKSCAFile = path
+	return c.jwksOptions()
 }

@@ -40,7 +40,9 @@ func TestReconcileExportsTierMaxWait(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	if err := Setup(ctx, mgr, Options{ResyncPeriod: time.Hour}); err != nil {
+	conf := DefaultConfig()
+	conf.ResyncPeriod = time.Hour
+	if err := Setup(ctx, mgr, conf); err != nil {
 		cancel()
 		t.Fatal(err)
 	}

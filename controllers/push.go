@@ -1,21 +1,18 @@
 package controllers
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"sort"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
 
 	policy "github.com/tiergate/tiergate/api/policy/v1"
@@ -83,7 +80,8 @@ type PodState struct {
 	Attempts int
 }
 
-// PusherOptions configures a Pusher. Zero values take the defaults.
+// PusherOptions configures a Pusher. Config.pusherOptions derives them
+// from the controller's configuration; nothing here has a default.
 type PusherOptions struct {
 	// TokenFile holds the bearer token; it is followed through every push
 	// (pushtoken.go), so a rotated mounted Secret takes effect. Empty, and
@@ -91,104 +89,108 @@ type PusherOptions struct {
 	TokenFile string
 	// Tokens, when set, supplies the tokens instead of TokenFile.
 	Tokens TokenSource
-	// Timeout bounds one push attempt (default 5s).
+	// Timeout bounds one push attempt.
 	Timeout time.Duration
 	// BackoffBase and BackoffMax bound the retry delay after a failure,
-	// which doubles per consecutive failure (defaults 250ms and 5s: a
-	// dispatcher that starts late must not wait long for its policy).
+	// which doubles per consecutive failure of a pod.
 	BackoffBase, BackoffMax time.Duration
-	// Clock drives the backoff timers (default the real clock).
+	// Workers bounds how many pushes run at once.
+	Workers int
+	// Clock drives the backoff timers.
 	Clock clock.WithTicker
-	// Transport overrides the HTTP transport (tests).
+	// Transport overrides the HTTP transport (tests); nil is a direct
+	// transport whose dial is bounded by Timeout.
 	Transport http.RoundTripper
-	// Notify is called after every attempt with the pod's pool, so the pool
-	// is reconciled with the new state. It must not block for long.
+	// Notify, when set, is called after every attempt with the pod's pool,
+	// so the pool is reconciled with the new state. It must not block for
+	// long.
 	Notify func(pool types.NamespacedName)
 	// Log receives push outcomes; never a token or a Secret.
 	Log logr.Logger
 }
 
-func (o *PusherOptions) defaults() {
-	if o.Timeout == 0 {
-		o.Timeout = 5 * time.Second
-	}
-	if o.BackoffBase == 0 {
-		o.BackoffBase = 250 * time.Millisecond
-	}
-	if o.BackoffMax == 0 {
-		o.BackoffMax = 5 * time.Second
-	}
-	if o.Clock == nil {
-		o.Clock = clock.RealClock{}
-	}
-	if o.Transport == nil {
-		o.Transport = &http.Transport{
-			// Pod IPs are never reached through a proxy.
-			Proxy:               nil,
-			DialContext:         (&net.Dialer{Timeout: o.Timeout, KeepAlive: 30 * time.Second}).DialContext,
-			MaxIdleConnsPerHost: 2,
-			IdleConnTimeout:     90 * time.Second,
-		}
-	}
-	if o.Notify == nil {
-		o.Notify = func(types.NamespacedName) {}
-	}
-}
-
-func (o *PusherOptions) validate() error {
-	if o.Timeout < 0 || o.BackoffBase < 0 || o.BackoffMax < o.BackoffBase {
-		return fmt.Errorf("push options: timeout %s, backoff %s..%s: durations must be positive and base <= max", o.Timeout, o.BackoffBase, o.BackoffMax)
+func (o PusherOptions) validate() error {
+	switch {
+	case o.Timeout <= 0:
+		return fmt.Errorf("%w: push timeout %s must be positive", ErrInvalidOptions, o.Timeout)
+	case o.BackoffBase <= 0 || o.BackoffMax < o.BackoffBase:
+		return fmt.Errorf("%w: push backoff %s..%s must be positive, base <= max", ErrInvalidOptions, o.BackoffBase, o.BackoffMax)
+	case o.Workers < 1:
+		return fmt.Errorf("%w: push workers %d must be at least 1", ErrInvalidOptions, o.Workers)
+	case o.Clock == nil:
+		return fmt.Errorf("%w: the Pusher needs a clock", ErrInvalidOptions)
 	}
 	return nil
 }
 
-// Pusher keeps every dispatcher pod supplied with its policy. Each pod has
-// one sender goroutine per pool while it is that pool's target (a pod two
-// pools select has two, and holds one pool's policy); the goroutine pushes when the
-// pod's acknowledged version differs from its target's, or when a resync
-// asks, and backs off after failures. Pusher is a manager Runnable: senders
-// run only between Start and the end of its context (so only on the leader).
-type Pusher struct {
-	opts   PusherOptions
-	client *http.Client
-
-	mu      sync.Mutex
-	ctx     context.Context // nil until Start
-	wg      sync.WaitGroup
-	senders map[senderKey]*sender
-	byPool  map[types.NamespacedName]map[types.UID]bool
-
-	// trace, when set (tests), hears each sender park and stop.
-	trace func(types.UID, senderEvent)
+// directTransport reaches pod IPs, never through a proxy.
+func directTransport(timeout time.Duration) *http.Transport {
+	return &http.Transport{
+		Proxy:               nil,
+		DialContext:         (&net.Dialer{Timeout: timeout, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConnsPerHost: 2,
+		IdleConnTimeout:     90 * time.Second,
+	}
 }
 
-// senderKey names a sender: one per pool and pod, so two pools that
+// Pusher keeps every dispatcher pod supplied with its policy. A key (pool,
+// pod) is queued on a rate-limited workqueue when the pod needs a push: its
+// acknowledged version differs from its target's, a resync asks, or the pod
+// may have lost its policy. Workers (a bounded number) push the newest
+// target of a key; a key queued twice is pushed once, never by two workers
+// at once, and a failed key comes back after its own exponential backoff.
+// Pusher is a manager Runnable: workers run only between Start and the end
+// of its context (so only on the leader).
+type Pusher struct {
+	opts    PusherOptions
+	client  *http.Client
+	limiter workqueue.TypedRateLimiter[pushKey]
+
+	mu     sync.Mutex
+	ctx    context.Context                               // nil until Start
+	queue  workqueue.TypedRateLimitingInterface[pushKey] // nil until Start
+	pods   map[pushKey]*podPush
+	byPool map[types.NamespacedName]map[types.UID]bool
+
+	// trace, when set (tests), hears what a worker did with a key.
+	trace func(pushKey, pushEvent)
+}
+
+// pushKey names a queue item: one per pool and pod, so two pools that
 // select the same pod (overlapping selectors) each push their own policy
 // and see their own answers.
-type senderKey struct {
+type pushKey struct {
 	pool types.NamespacedName
 	uid  types.UID
 }
 
-type sender struct {
-	uid    types.UID // never changes, so it is read without the lock
-	pool   types.NamespacedName
+// podPush is one key's target and state, guarded by Pusher.mu.
+type podPush struct {
 	target Target
 	state  PodState
 	force  bool
 	// failedVersion is the version of the last failed attempt: a newer one
-	// is tried at once, without waiting out the backoff.
+	// is pushed at once, without waiting out the backoff.
 	failedVersion int64
 	retryAt       time.Time
-	kick          chan struct{}
-	cancel        context.CancelFunc
+	// cancel ends the push in flight, when the pod stops being a target.
+	cancel context.CancelFunc
 }
+
+// pushQueueName names the queue in controller-runtime's workqueue_*
+// metrics (labels name and controller).
+const pushQueueName = "push"
 
 // NewPusher returns a Pusher; call Start (the manager does) to run it.
 func NewPusher(opts PusherOptions) (*Pusher, error) {
-	opts.defaults()
 	if err := opts.validate(); err != nil {
 		return nil, err
+	}
+	if opts.Transport == nil {
+		opts.Transport = directTransport(opts.Timeout)
+	}
+	if opts.Notify == nil {
+		opts.Notify = func(types.NamespacedName) {}
 	}
 	if opts.Tokens == nil {
 		t, err := newPushTokens(opts.TokenFile, opts.Clock)
@@ -201,66 +203,73 @@ func NewPusher(opts PusherOptions) (*Pusher, error) {
 		opts: opts,
 		// The per-attempt timeout comes from the request context.
 		client:  &http.Client{Transport: opts.Transport, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }},
-		senders: map[senderKey]*sender{},
+		limiter: workqueue.NewTypedItemExponentialFailureRateLimiter[pushKey](opts.BackoffBase, opts.BackoffMax),
+		pods:    map[pushKey]*podPush{},
 		byPool:  map[types.NamespacedName]map[types.UID]bool{},
 	}, nil
 }
 
-// Start runs the senders until ctx ends, then waits for them.
+// Start runs the workers until ctx ends, then waits for them. The queue's
+// metrics go to controller-runtime's registry, whose provider client-go's
+// workqueue uses for every named queue.
 func (p *Pusher) Start(ctx context.Context) error {
+	q := workqueue.NewTypedRateLimitingQueueWithConfig(p.limiter, workqueue.TypedRateLimitingQueueConfig[pushKey]{
+		Name: pushQueueName, Clock: p.opts.Clock,
+	})
 	p.mu.Lock()
-	p.ctx = ctx
-	for _, s := range p.senders {
-		p.startLocked(s)
+	p.ctx, p.queue = ctx, q
+	for k, pp := range p.pods {
+		p.enqueueLocked(k, pp)
 	}
 	p.mu.Unlock()
+	var wg sync.WaitGroup
+	for range p.opts.Workers {
+		wg.Go(func() {
+			for p.processNext(ctx, q) {
+			}
+		})
+	}
 	<-ctx.Done()
-	p.wg.Wait()
+	q.ShutDown()
+	wg.Wait()
 	return nil
 }
 
 // Sync makes targets the pool's complete set of dispatcher pods. New pods
-// get a sender, pods no longer listed lose theirs (and are never pushed to
-// again), and every listed pod is pushed when its acknowledged version
-// differs. resync pushes to every pod even when it is up to date.
+// are queued, pods no longer listed are dropped (a push in flight to one is
+// cancelled, and it is never pushed to again), and every listed pod is
+// queued when its acknowledged version differs. resync pushes to every pod
+// even when it is up to date. A pod backing off after a failure of the same
+// version waits out its backoff.
 func (p *Pusher) Sync(pool types.NamespacedName, targets []Target, resync bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	keep := map[types.UID]bool{}
 	for _, t := range targets {
 		keep[t.UID] = true
-		s, ok := p.senders[senderKey{pool, t.UID}]
+		k := pushKey{pool, t.UID}
+		pp, ok := p.pods[k]
 		if !ok {
-			s = &sender{uid: t.UID, pool: pool, target: t, kick: make(chan struct{}, 1),
-				state: PodState{UID: t.UID, Name: t.Name, Address: t.Address}}
-			p.senders[senderKey{pool, t.UID}] = s
-			if p.ctx != nil {
-				p.startLocked(s)
-			}
+			pp = &podPush{target: t, state: PodState{UID: t.UID, Name: t.Name, Address: t.Address}}
+			p.pods[k] = pp
 		} else {
-			prev := s.target
+			prev := pp.target
 			// A pod that went unready or restarted a container may have lost
 			// its policy although it acknowledged it.
 			if (prev.Ready && !t.Ready) || t.Restarts != prev.Restarts || t.Address != prev.Address {
-				s.force = true
+				pp.force = true
 			}
-			s.target = t
-			s.state.Name, s.state.Address = t.Name, t.Address
+			pp.target = t
+			pp.state.Name, pp.state.Address = t.Name, t.Address
 		}
 		if resync {
-			s.force = true
+			pp.force = true
 		}
-		if ok {
-			// A new sender plans when it starts; an existing one is woken.
-			select {
-			case s.kick <- struct{}{}:
-			default:
-			}
-		}
+		p.enqueueLocked(k, pp)
 	}
 	for uid := range p.byPool[pool] {
 		if !keep[uid] {
-			p.stopLocked(senderKey{pool, uid})
+			p.dropLocked(pushKey{pool, uid})
 		}
 	}
 	p.byPool[pool] = keep
@@ -275,272 +284,43 @@ func (p *Pusher) States(pool types.NamespacedName) []PodState {
 	defer p.mu.Unlock()
 	out := make([]PodState, 0, len(p.byPool[pool]))
 	for uid := range p.byPool[pool] {
-		out = append(out, p.senders[senderKey{pool, uid}].state)
+		out = append(out, p.pods[pushKey{pool, uid}].state)
 	}
 	sort.Slice(out, func(a, b int) bool { return out[a].Name < out[b].Name })
 	return out
 }
 
-func (p *Pusher) startLocked(s *sender) {
-	ctx, cancel := context.WithCancel(p.ctx)
-	s.cancel = cancel
-	p.wg.Add(1)
-	go func() {
-		defer p.wg.Done()
-		p.run(ctx, s)
-	}()
-}
-
-func (p *Pusher) stopLocked(k senderKey) {
-	if s, ok := p.senders[k]; ok {
-		if s.cancel != nil {
-			s.cancel()
-		}
-		delete(p.senders, k)
+// enqueueLocked queues the key when its pod needs a push now; one backing
+// off is already queued for the end of its backoff.
+func (p *Pusher) enqueueLocked(k pushKey, pp *podPush) {
+	if p.queue == nil {
+		return // Start queues it
+	}
+	if need, wait := p.planLocked(pp); need && wait <= 0 {
+		p.queue.Add(k)
 	}
 }
 
-// senderEvent is what a sender reports to Pusher.trace.
-type senderEvent int
-
-const (
-	senderIdle    senderEvent = iota // up to date: waiting for a kick
-	senderBackoff                    // a backoff timer is armed: waiting for it or a kick
-	senderStopped                    // the pod is no longer a target
-)
-
-func (p *Pusher) note(s *sender, ev senderEvent) {
-	if p.trace != nil {
-		p.trace(s.uid, ev)
-	}
-}
-
-// run is one pod's sender loop.
-func (p *Pusher) run(ctx context.Context, s *sender) {
-	defer p.note(s, senderStopped)
-	for {
-		need, wait := p.plan(s)
-		if !need || wait > 0 {
-			if !p.park(ctx, s, need, wait) {
-				return
-			}
-			continue
-		}
-		tgt := p.take(s)
-		a := p.push(ctx, tgt)
-		if ctx.Err() != nil {
-			return // stopped while pushing: the pod is no longer a target
-		}
-		p.record(s, tgt, a)
-		log := p.opts.Log.WithValues("pool", s.pool.String(), "pod", tgt.Name, "address", tgt.Address, "version", tgt.Policy.Version)
-		if a.err != nil {
-			log.Info("push failed", "result", string(a.result), "error", a.err.Error())
-		} else {
-			log.V(1).Info("pushed", "acked", a.ack.Version)
-		}
-		p.opts.Notify(s.pool)
-	}
-}
-
-// plan says whether the pod needs a push and how long its backoff still
-// lasts.
-func (p *Pusher) plan(s *sender) (need bool, wait time.Duration) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	need = s.force || s.state.AckedVersion != s.target.Policy.Version
-	if need && s.state.Failures > 0 && s.failedVersion == s.target.Policy.Version {
-		wait = s.retryAt.Sub(p.opts.Clock.Now())
-	}
-	return need, wait
-}
-
-// park waits for a kick, or for the backoff when the pod needs a push;
-// false when ctx ended.
-func (p *Pusher) park(ctx context.Context, s *sender, backoff bool, wait time.Duration) bool {
-	var fire <-chan time.Time
-	if backoff {
-		t := p.opts.Clock.NewTimer(wait)
-		defer t.Stop()
-		fire = t.C()
-		p.note(s, senderBackoff)
-	} else {
-		p.note(s, senderIdle)
-	}
-	select {
-	case <-s.kick:
-	case <-fire:
-	case <-ctx.Done():
-		return false
-	}
-	return true
-}
-
-// take is the target to push now; it clears a forced push.
-func (p *Pusher) take(s *sender) Target {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	s.force = false
-	return s.target
-}
-
-// record folds an attempt into the pod's state.
-func (p *Pusher) record(s *sender, tgt Target, a attempt) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	st := &s.state
-	st.Attempts++
-	st.Result = a.result
-	st.Err = a.err
-	if a.result == PushOK {
-		st.AckedVersion = a.ack.Version
-		st.Stats = a.ack.Stats
-		st.Failures = 0
-		st.HeldVersion = 0
-		st.HeldPool = ""
+func (p *Pusher) dropLocked(k pushKey) {
+	pp, ok := p.pods[k]
+	if !ok {
 		return
 	}
-	st.Failures++
-	if a.result == PushConflict {
-		st.HeldVersion = a.held
+	if pp.cancel != nil {
+		pp.cancel()
 	}
-	st.HeldPool = a.heldPool
-	s.failedVersion = tgt.Policy.Version
-	s.retryAt = p.opts.Clock.Now().Add(p.backoff(st.Failures))
-}
-
-func (p *Pusher) backoff(failures int) time.Duration {
-	d := p.opts.BackoffBase
-	for i := 1; i < failures && d < p.opts.BackoffMax; i++ {
-		d *= 2
-	}
-	return min(d, p.opts.BackoffMax)
-}
-
-type attempt struct {
-	result   PushResult
-	err      error
-	ack      policy.Ack
-	held     int64
-	heldPool string
-}
-
-// maxAnswer bounds how much of a dispatcher's answer is read.
-const maxAnswer = 64 << 10
-
-// push sends one PUT /v1/policy and classifies the answer.
-func (p *Pusher) push(ctx context.Context, t Target) attempt {
-	start := time.Now()
-	a := p.pushOnce(ctx, t)
-	pushTotal.WithLabelValues(string(a.result)).Inc()
-	pushLatency.Observe(time.Since(start).Seconds())
-	return a
-}
-
-func (p *Pusher) pushOnce(ctx context.Context, t Target) attempt {
-	tokens, err := p.opts.Tokens.PushTokens()
-	if err != nil {
-		return attempt{result: PushFailed, err: fmt.Errorf("%w: %v", ErrPushFailed, err)}
-	}
-	body, err := json.Marshal(t.Policy)
-	if err != nil {
-		return attempt{result: PushFailed, err: fmt.Errorf("%w: encoding policy: %v", ErrPushFailed, err)}
-	}
-	ctx, cancel := context.WithTimeout(ctx, p.opts.Timeout)
-	defer cancel()
-	code, answer, err := p.putWithTokens(ctx, t.Address, tokens, body)
-	if err != nil {
-		return attempt{result: PushUnreachable, err: fmt.Errorf("%w: %s: %v", ErrPushUnreachable, t.Address, err)}
-	}
-	if code == http.StatusOK {
-		var ack policy.Ack
-		if err := json.Unmarshal(answer, &ack); err != nil {
-			return attempt{result: PushFailed, err: fmt.Errorf("%w: %s answered 200 with an unreadable ack: %v", ErrPushFailed, t.Address, err)}
-		}
-		if ack.Version != t.Policy.Version {
-			return attempt{result: PushFailed, err: fmt.Errorf("%w: %s acknowledged version %d, sent %d", ErrPushFailed, t.Address, ack.Version, t.Policy.Version)}
-		}
-		return attempt{result: PushOK, ack: ack}
-	}
-	return refused(t, code, answer)
-}
-
-// refused classifies an error answer, which the admin API sends as a
-// policy.AdminErrorBody.
-func refused(t Target, code int, answer []byte) attempt {
-	var body policy.AdminErrorBody
-	detail := summarize(answer)
-	if json.Unmarshal(answer, &body) == nil && body.Error.Type != "" {
-		detail = describe(body.Error)
-	}
-	what := fmt.Sprintf("%s answered %d", t.Address, code)
-	if detail != "" {
-		what += ": " + detail
-	}
-	e := body.Error
-	switch {
-	case code == http.StatusUnauthorized || code == http.StatusForbidden:
-		return attempt{result: PushUnauthorized, err: fmt.Errorf("%w: %s", ErrPushUnauthorized, what)}
-	case code == http.StatusBadRequest:
-		return attempt{result: PushRejected, err: fmt.Errorf("%w: %s", ErrPushRejected, what)}
-	case code == http.StatusConflict && e.Type == policy.AdminPoolMismatch && e.CurrentPool != "":
-		return attempt{result: PushPoolMismatch, heldPool: e.CurrentPool,
-			err: fmt.Errorf("%w: %s holds the policy of pool %s, sent pool %s", ErrPushPoolMismatch, t.Address, e.CurrentPool, t.Policy.Pool)}
-	case code == http.StatusConflict && e.Type == policy.AdminStaleVersion && e.CurrentVersion != nil:
-		held := *e.CurrentVersion
-		return attempt{result: PushConflict, held: held, err: fmt.Errorf("%w: %s holds version %d, sent %d", ErrPushConflict, t.Address, held, t.Policy.Version)}
-	default:
-		return attempt{result: PushFailed, err: fmt.Errorf("%w: %s", ErrPushFailed, what)}
+	delete(p.pods, k)
+	if p.queue != nil {
+		p.queue.Forget(k) // the limiter forgets its failures
 	}
 }
 
-// describe is an admin error for a condition message: its type, message
-// and every field error.
-func describe(e policy.AdminErrorDetail) string {
-	var b strings.Builder
-	b.WriteString(string(e.Type))
-	if e.Message != "" {
-		b.WriteString(": " + e.Message)
+// planLocked says whether the pod needs a push and how long its backoff
+// still lasts.
+func (p *Pusher) planLocked(pp *podPush) (need bool, wait time.Duration) {
+	need = pp.force || pp.state.AckedVersion != pp.target.Policy.Version
+	if need && pp.state.Failures > 0 && pp.failedVersion == pp.target.Policy.Version {
+		wait = pp.retryAt.Sub(p.opts.Clock.Now())
 	}
-	for i, fe := range e.Errors {
-		if i == 0 {
-			b.WriteString(": ")
-		} else {
-			b.WriteString("; ")
-		}
-		b.WriteString(fe.Error())
-	}
-	return b.String()
-}
-
-// put sends one PUT /v1/policy and returns the status code and up to
-// maxAnswer bytes of the answer; the body is closed.
-func (p *Pusher) put(ctx context.Context, address, token string, body []byte) (int, []byte, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPut, "http://"+address+"/v1/policy", bytes.NewReader(body))
-	if err != nil {
-		return 0, nil, err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json")
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := p.client.Do(req)
-	if err != nil {
-		return 0, nil, err
-	}
-	defer resp.Body.Close()
-	answer, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer))
-	if err != nil {
-		return 0, nil, err
-	}
-	return resp.StatusCode, answer, nil
-}
-
-// summarize shortens a dispatcher's answer for a condition message.
-func summarize(b []byte) string {
-	s := strings.TrimSpace(string(b))
-	if len(s) > 512 {
-		s = s[:512] + "…"
-	}
-	return s
+	return need, wait
 }

@@ -18,8 +18,6 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
-	"k8s.io/apimachinery/pkg/types"
-	clocktesting "k8s.io/utils/clock/testing"
 
 	policy "github.com/tiergate/tiergate/api/policy/v1"
 	"github.com/tiergate/tiergate/dispatcher/admin"
@@ -229,7 +227,7 @@ func TestPushAgainstTheAdminAPI(t *testing.T) {
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			d := newDispatcherServer(t, tc.server)
-			p, err := NewPusher(PusherOptions{TokenFile: writeToken(t, "s3cret"), Timeout: 5 * time.Second})
+			p, err := NewPusher(testPusherOptions(writeToken(t, "s3cret"), 5*time.Second))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -307,7 +305,7 @@ func TestPushClassifiesOtherAnswers(t *testing.T) {
 			if tc.noTokenFile {
 				tokenFile = filepath.Join(t.TempDir(), "missing")
 			}
-			p, err := NewPusher(PusherOptions{TokenFile: tokenFile, Timeout: 5 * time.Second})
+			p, err := NewPusher(testPusherOptions(tokenFile, 5*time.Second))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -339,7 +337,7 @@ func TestPushTimesOut(t *testing.T) {
 		}
 		return true
 	}
-	p, err := NewPusher(PusherOptions{TokenFile: writeToken(t, "s3cret"), Timeout: 100 * time.Millisecond})
+	p, err := NewPusher(testPusherOptions(writeToken(t, "s3cret"), 100*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -350,336 +348,45 @@ func TestPushTimesOut(t *testing.T) {
 	}
 }
 
-// pusherHarness runs a Pusher with a fake clock and hears every attempt
-// (Notify) and every sender event (trace).
-type pusherHarness struct {
-	p      *Pusher
-	clk    *clocktesting.FakeClock
-	notify chan types.NamespacedName
-	cancel context.CancelFunc
-	done   chan struct{}
-
-	mu     sync.Mutex
-	events map[types.UID]chan senderEvent
-}
-
-func startPusher(t *testing.T, tokenFile string) *pusherHarness {
-	t.Helper()
-	h := &pusherHarness{clk: clocktesting.NewFakeClock(time.Unix(1000, 0)), notify: make(chan types.NamespacedName, 100),
-		done: make(chan struct{}), events: map[types.UID]chan senderEvent{}}
-	p, err := NewPusher(PusherOptions{TokenFile: tokenFile, Timeout: 5 * time.Second, Clock: h.clk,
-		Notify: func(n types.NamespacedName) { h.notify <- n }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.trace = func(uid types.UID, ev senderEvent) { h.eventsOf(uid) <- ev }
-	h.p = p
-	ctx, cancel := context.WithCancel(context.Background())
-	h.cancel = cancel
-	go func() { _ = p.Start(ctx); close(h.done) }()
-	t.Cleanup(h.stop)
-	return h
-}
-
-func (h *pusherHarness) stop() {
-	h.cancel()
-	<-h.done
-}
-
-func (h *pusherHarness) eventsOf(uid types.UID) chan senderEvent {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	ch, ok := h.events[uid]
-	if !ok {
-		ch = make(chan senderEvent, 1000)
-		h.events[uid] = ch
-	}
-	return ch
-}
-
-// next waits for one attempt to finish.
-func (h *pusherHarness) next(t *testing.T) {
-	t.Helper()
-	select {
-	case <-h.notify:
-	case <-time.After(10 * time.Second):
-		t.Fatal("no push attempt finished within 10s")
-	}
-}
-
-// expect waits for uid's sender to report ev; it must be its next event.
-func (h *pusherHarness) expect(t *testing.T, uid types.UID, want senderEvent) {
-	t.Helper()
-	select {
-	case got := <-h.eventsOf(uid):
-		if got != want {
-			t.Fatalf("%s: sender event %d, want %d", uid, got, want)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatalf("%s: no sender event %d within 10s", uid, want)
-	}
-}
-
-// noAttempt asserts that no attempt has finished that next did not take.
-func (h *pusherHarness) noAttempt(t *testing.T) {
-	t.Helper()
-	select {
-	case n := <-h.notify:
-		t.Fatalf("unexpected push attempt for %s", n)
-	default:
-	}
-}
-
-var testPool = types.NamespacedName{Namespace: "ns", Name: "p"}
-
-func target(uid types.UID, d *dispatcherServer, version int64) Target {
-	return Target{UID: uid, Name: "d-" + string(uid), Address: d.addr(), Policy: pushPolicy(version)}
-}
-
-func TestPusherAcksAndStopsWhenCurrent(t *testing.T) {
-	d := newDispatcherServer(t, serverOptions{token: "tok"})
-	h := startPusher(t, writeToken(t, "tok"))
-	h.p.Sync(testPool, []Target{target("u1", d, 1)}, false)
-	h.next(t)
-	h.expect(t, "u1", senderIdle)
-	states := h.p.States(testPool)
-	if len(states) != 1 || states[0].AckedVersion != 1 || states[0].Result != PushOK || !cmp.Equal(states[0].Stats, testMeasured) {
-		t.Fatalf("states = %+v, want d-u1 acked at 1 with its stats", states)
-	}
-	// Same version again: the sender wakes, finds nothing to push, parks.
-	h.p.Sync(testPool, []Target{target("u1", d, 1)}, false)
-	h.expect(t, "u1", senderIdle)
-	h.noAttempt(t)
-	// A resync pushes although the pod is current.
-	h.p.Sync(testPool, []Target{target("u1", d, 1)}, true)
-	h.next(t)
-	if got := d.putCount(); got != 2 {
-		t.Errorf("PUTs = %d, want 2 (first push and resync)", got)
-	}
-}
-
-func TestPusherRepushesAPodThatLostReadinessOrRestarted(t *testing.T) {
-	d := newDispatcherServer(t, serverOptions{token: "tok"})
-	h := startPusher(t, writeToken(t, "tok"))
-	tgt := target("u1", d, 1)
-	tgt.Ready = true
-	h.p.Sync(testPool, []Target{tgt}, false)
-	h.next(t)
-	h.expect(t, "u1", senderIdle)
-	tgt.Ready = false
-	h.p.Sync(testPool, []Target{tgt}, false)
-	h.next(t)
-	h.expect(t, "u1", senderIdle)
-	// Still unready, nothing new: no push.
-	h.p.Sync(testPool, []Target{tgt}, false)
-	h.expect(t, "u1", senderIdle)
-	h.noAttempt(t)
-	tgt.Restarts = 1
-	h.p.Sync(testPool, []Target{tgt}, false)
-	h.next(t)
-	if got := d.putCount(); got != 3 {
-		t.Errorf("PUTs = %d, want 3", got)
-	}
-}
-
-func TestPusherBacksOffAndRetries(t *testing.T) {
-	d := newDispatcherServer(t, serverOptions{token: "tok"})
-	var mu sync.Mutex
-	fails := 2
-	d.intercept = func(w http.ResponseWriter, _ *http.Request) bool {
-		mu.Lock()
-		defer mu.Unlock()
-		if fails == 0 {
-			return false
-		}
-		fails--
-		w.WriteHeader(http.StatusServiceUnavailable)
-		_, _ = io.WriteString(w, "warming up")
-		return true
-	}
-	h := startPusher(t, writeToken(t, "tok"))
-	h.p.Sync(testPool, []Target{target("u1", d, 4)}, false)
-	h.next(t)
-	if s := h.p.States(testPool)[0]; s.Failures != 1 || s.Result != PushFailed {
-		t.Fatalf("after the first attempt: %+v, want 1 failure", s)
-	}
-	for i, backoff := range []time.Duration{250 * time.Millisecond, 500 * time.Millisecond} {
-		h.expect(t, "u1", senderBackoff)
-		h.clk.Step(backoff - time.Millisecond)
-		if !h.clk.HasWaiters() {
-			t.Fatalf("retry %d: the %s backoff timer fired 1ms early", i+1, backoff)
-		}
-		h.clk.Step(time.Millisecond)
-		h.next(t)
-	}
-	s := h.p.States(testPool)[0]
-	if s.AckedVersion != 4 || s.Failures != 0 || s.Attempts != 3 || s.Err != nil {
-		t.Errorf("final state %+v, want acked 4 after 3 attempts", s)
-	}
-	if got := d.putCount(); got != 3 {
-		t.Errorf("PUTs = %d, want 3", got)
-	}
-}
-
-func TestPusherNewVersionSkipsTheBackoff(t *testing.T) {
-	d := newDispatcherServer(t, serverOptions{token: "tok"})
-	h := startPusher(t, writeToken(t, "tok"))
-	bad := target("u1", d, 1)
-	bad.Policy.Slots = -1
-	h.p.Sync(testPool, []Target{bad}, false)
-	h.next(t)
-	if s := h.p.States(testPool)[0]; s.Result != PushRejected || !errors.Is(s.Err, ErrPushRejected) {
-		t.Fatalf("state %+v, want rejected", s)
-	}
-	h.expect(t, "u1", senderBackoff)
-	h.p.Sync(testPool, []Target{target("u1", d, 2)}, false)
-	h.next(t) // no clock step needed
-	if s := h.p.States(testPool)[0]; s.AckedVersion != 2 || d.backend.version() != 2 {
-		t.Errorf("state %+v, dispatcher at %d; want both at 2", s, d.backend.version())
-	}
-}
-
-// A 409 records the version the dispatcher holds, read from its answer.
-func TestPusherRecordsTheHeldVersion(t *testing.T) {
-	d := newDispatcherServer(t, serverOptions{token: "tok", held: 9})
-	h := startPusher(t, writeToken(t, "tok"))
-	h.p.Sync(testPool, []Target{target("u1", d, 7)}, false)
-	h.next(t)
-	s := h.p.States(testPool)[0]
-	if s.Result != PushConflict || s.HeldVersion != 9 || !errors.Is(s.Err, ErrPushConflict) {
-		t.Errorf("state %+v, want a conflict holding 9", s)
-	}
-	if reqs, _ := d.seen(); !cmp.Equal(reqs, []string{"PUT /v1/policy"}) {
-		t.Errorf("requests %v, want one PUT", reqs)
-	}
-}
-
-// A pool_mismatch records the pool the dispatcher holds and no version,
-// so the reconciler does not bump its version over the other pool's; the
-// pod is retried with backoff, and a later success forgets the pool.
-func TestPusherRecordsTheHeldPool(t *testing.T) {
-	d := newDispatcherServer(t, serverOptions{token: "tok", held: 9, heldPool: "ns/other"})
-	h := startPusher(t, writeToken(t, "tok"))
-	h.p.Sync(testPool, []Target{target("u1", d, 7)}, false)
-	h.next(t)
-	s := h.p.States(testPool)[0]
-	if s.Result != PushPoolMismatch || s.HeldPool != "ns/other" || s.HeldVersion != 0 || s.Failures != 1 || !errors.Is(s.Err, ErrPushPoolMismatch) {
-		t.Fatalf("state %+v, want a pool mismatch holding ns/other", s)
-	}
-	h.expect(t, "u1", senderBackoff)
-	d.backend.mu.Lock()
-	d.backend.pol = nil // the pod restarted: it holds no pool any more
-	d.backend.mu.Unlock()
-	h.clk.Step(250 * time.Millisecond)
-	h.next(t)
-	if s := h.p.States(testPool)[0]; s.Result != PushOK || s.HeldPool != "" || s.AckedVersion != 7 {
-		t.Errorf("state %+v, want acked 7 and no held pool", s)
-	}
-}
-
-// Two pools that select the same pod each have their own sender and see
-// their own answers: the pool whose policy the pod holds is synced, the
-// other one is refused with pool_mismatch, and neither overwrites the
-// other's target.
-func TestPusherKeepsPoolsApartOnASharedPod(t *testing.T) {
-	d := newDispatcherServer(t, serverOptions{token: "tok", held: 1})
-	h := startPusher(t, writeToken(t, "tok"))
-	other := types.NamespacedName{Namespace: "ns", Name: "q"}
-	theirs := target("u1", d, 2)
-	theirs.Policy.Pool = "ns/q"
-	h.p.Sync(testPool, []Target{target("u1", d, 2)}, false)
-	h.p.Sync(other, []Target{theirs}, false)
-	h.next(t)
-	h.next(t)
-	mine, refused := h.p.States(testPool), h.p.States(other)
-	if len(mine) != 1 || mine[0].Result != PushOK || mine[0].AckedVersion != 2 {
-		t.Errorf("the pod's own pool: %+v, want acked 2", mine)
-	}
-	if len(refused) != 1 || refused[0].Result != PushPoolMismatch || refused[0].HeldPool != "ns/p" {
-		t.Errorf("the other pool: %+v, want a pool mismatch naming ns/p", refused)
-	}
-	if p := d.backend.Policy(); p.Pool != "ns/p" || p.Version != 2 {
-		t.Errorf("the pod holds %s v%d, want ns/p v2", p.Pool, p.Version)
-	}
-	h.p.Forget(other)
-	if got := len(h.p.States(testPool)); got != 1 {
-		t.Errorf("forgetting the other pool stopped this pool's sender too: %d states", got)
-	}
-}
-
-func TestPusherStopsPushingToRemovedPods(t *testing.T) {
-	a, b := newDispatcherServer(t, serverOptions{token: "tok"}), newDispatcherServer(t, serverOptions{token: "tok"})
-	h := startPusher(t, writeToken(t, "tok"))
-	h.p.Sync(testPool, []Target{target("ua", a, 1), target("ub", b, 1)}, false)
-	h.next(t)
-	h.next(t)
-	h.p.Sync(testPool, []Target{target("ua", a, 2)}, true)
-	h.next(t)
-	// ub's sender ends without another attempt.
-	h.expect(t, "ub", senderIdle)
-	h.expect(t, "ub", senderStopped)
-	h.expect(t, "ua", senderIdle)
-	h.expect(t, "ua", senderIdle)
-	h.noAttempt(t)
-	if a.putCount() != 2 || b.putCount() != 1 {
-		t.Errorf("PUTs a=%d b=%d, want 2 and 1: the removed pod got pushed to", a.putCount(), b.putCount())
-	}
-	if got := h.p.States(testPool); len(got) != 1 || got[0].Name != "d-ua" {
-		t.Errorf("states %+v, want only d-ua", got)
-	}
-	h.p.Forget(testPool)
-	h.expect(t, "ua", senderStopped)
-	if got := h.p.States(testPool); len(got) != 0 {
-		t.Errorf("states after Forget: %+v", got)
-	}
-}
-
-func TestPusherPushesConcurrently(t *testing.T) {
-	// Two pods that each hold their request until both arrived prove the
-	// pushes overlap; sequential pushes would never both arrive.
-	var arrived sync.WaitGroup
-	arrived.Add(2)
-	both := make(chan struct{})
-	go func() { arrived.Wait(); close(both) }()
-	gate := func(inner http.Handler) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			arrived.Done()
-			select {
-			case <-both:
-			case <-r.Context().Done():
-				return
-			}
-			inner.ServeHTTP(w, r)
-		})
-	}
-	a := newDispatcherServer(t, serverOptions{token: "tok", wrap: gate})
-	b := newDispatcherServer(t, serverOptions{token: "tok", wrap: gate})
-	h := startPusher(t, writeToken(t, "tok"))
-	h.p.Sync(testPool, []Target{target("ua", a, 1), target("ub", b, 1)}, false)
-	h.next(t)
-	h.next(t)
-	for _, s := range h.p.States(testPool) {
-		if s.AckedVersion != 1 {
-			t.Errorf("%s: %+v, want acked 1 (the pushes did not overlap within the 5s timeout)", s.Name, s)
-		}
-	}
+// testPusherOptions are the default configuration's, with a token file
+// and a push timeout.
+func testPusherOptions(tokenFile string, timeout time.Duration) PusherOptions {
+	o := DefaultConfig().pusherOptions()
+	o.TokenFile, o.Timeout = tokenFile, timeout
+	return o
 }
 
 func TestPusherOptionsValidate(t *testing.T) {
-	_, err := NewPusher(PusherOptions{BackoffBase: time.Second, BackoffMax: time.Millisecond})
-	if err == nil || err.Error() != "push options: timeout 5s, backoff 1s..1ms: durations must be positive and base <= max" {
+	o := testPusherOptions("", time.Second)
+	o.BackoffBase, o.BackoffMax = time.Second, time.Millisecond
+	_, err := NewPusher(o)
+	if !errors.Is(err, ErrInvalidOptions) || err.Error() != "invalid controller options: push backoff 1s..1ms must be positive, base <= max" {
+		t.Errorf("err = %v", err)
+	}
+	o = testPusherOptions("", time.Second)
+	o.Clock = nil
+	if _, err := NewPusher(o); !errors.Is(err, ErrInvalidOptions) || err.Error() != "invalid controller options: the Pusher needs a clock" {
 		t.Errorf("err = %v", err)
 	}
 }
 
 func TestBackoffDoublesUpToTheMax(t *testing.T) {
-	p, err := NewPusher(PusherOptions{})
+	p, err := NewPusher(testPusherOptions("", time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The limiter counts a key's failures; another key has its own.
+	k := pushKey{testPool, "u1"}
 	var got []time.Duration
 	for f := 1; f <= 7; f++ {
-		got = append(got, p.backoff(f))
+		got = append(got, p.limiter.When(k))
+	}
+	if d := p.limiter.When(pushKey{testPool, "u2"}); d != 250*time.Millisecond {
+		t.Errorf("another pod's first backoff %s, want 250ms", d)
+	}
+	p.limiter.Forget(k)
+	if d := p.limiter.When(k); d != 250*time.Millisecond {
+		t.Errorf("backoff after Forget %s, want 250ms", d)
 	}
 	want := []time.Duration{250 * time.Millisecond, 500 * time.Millisecond, time.Second, 2 * time.Second, 4 * time.Second, 5 * time.Second, 5 * time.Second}
 	if diff := cmp.Diff(want, got); diff != "" {

@@ -95,7 +95,7 @@ func (t *pushTokens) setFromSecret(tok string) {
 
 // setupPushTokens follows the push token file and, when the controller
 // manages the token Secret, adds the runnable that keeps it in existence.
-func setupPushTokens(mgr ctrl.Manager, opts Options) (*pushTokens, error) {
+func setupPushTokens(mgr ctrl.Manager, opts Config) (*pushTokens, error) {
 	tokens, err := newPushTokens(opts.PushTokenFile, opts.Clock)
 	if err != nil {
 		return nil, err

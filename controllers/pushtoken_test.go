@@ -16,6 +16,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
@@ -32,7 +33,7 @@ func TestPushFollowsARotatedTokenFile(t *testing.T) {
 	d := newDispatcherServer(t, serverOptions{token: "old-token"})
 	vol := testutil.NewSecretVolume(t, map[string]string{"token": "old-token\n"})
 	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
-	p, err := NewPusher(PusherOptions{TokenFile: vol.Path("token"), Timeout: 5 * time.Second, Clock: clk})
+	p, err := NewPusher(withClock(testPusherOptions(vol.Path("token"), 5*time.Second), clk))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -260,4 +261,9 @@ func TestTokenSecretStart(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Errorf("Start = %v, want nil", err)
 	}
+}
+
+func withClock(o PusherOptions, clk clock.WithTicker) PusherOptions {
+	o.Clock = clk
+	return o
 }

@@ -2,17 +2,13 @@ package controllers
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"sync"
-	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -64,102 +60,10 @@ var fieldIndexes = []fieldIndex{
 	{&v1alpha1.ModelPool{}, indexPoolJWKSMap, func(o client.Object) []string { return jwksRefOf(o, true) }},
 }
 
-// Options configures the controllers. Zero values take the defaults.
-type Options struct {
-	// PushTokenFile holds the bearer token sent with every push; it is
-	// followed as the kubelet rotates the mounted Secret.
-	PushTokenFile string
-	// PushTokenSecret, when named, is the push token Secret the controller
-	// creates with a random token under PushTokenSecretKey (default
-	// "token") when it is missing; its token serves until PushTokenFile
-	// exists. Checked every PushTokenSecretInterval (default 30s).
-	PushTokenSecret         types.NamespacedName
-	PushTokenSecretKey      string
-	PushTokenSecretInterval time.Duration
-	// PushTimeout bounds one push (default 5s).
-	PushTimeout time.Duration
-	// ResyncPeriod re-pushes to every dispatcher even when it is current
-	// (default 30s). It also paces how often measured stats arrive.
-	ResyncPeriod time.Duration
-	// BackoffBase and BackoffMax bound the retry delay of failed pushes.
-	BackoffBase, BackoffMax time.Duration
-	// MeasuredMinCompletions and MeasuredTolerance are the hysteresis of
-	// serviceTime.source Measured (defaults 20 and 0.10).
-	MeasuredMinCompletions int64
-	MeasuredTolerance      float64
-	// UnreachableStrike is how many consecutive failed pushes make an
-	// unreachable pod degrade its pool (default 3).
-	UnreachableStrike int
-	// PrometheusAddress is the Prometheus server a ScaledObject reads from
-	// when its pool's spec.autoscaling.prometheus.serverAddress is empty.
-	PrometheusAddress string
-	// MaxConcurrentReconciles of the pool controller (default 4).
-	MaxConcurrentReconciles int
-	// JWKS configures the fetcher of JWKS URLs; its Clock, Notify and Log
-	// are set by Setup.
-	JWKS JWKSFetcherOptions
-	// Clock (default the real one).
-	Clock clock.WithTicker
-}
-
-// ErrInvalidOptions is wrapped by Options validation errors.
-var ErrInvalidOptions = errors.New("invalid controller options")
-
-func (o *Options) defaults() {
-	if o.PushTimeout == 0 {
-		o.PushTimeout = 5 * time.Second
-	}
-	if o.ResyncPeriod == 0 {
-		o.ResyncPeriod = 30 * time.Second
-	}
-	if o.MeasuredMinCompletions == 0 {
-		o.MeasuredMinCompletions = defaultMeasuredMinCompletions
-	}
-	if o.MeasuredTolerance == 0 {
-		o.MeasuredTolerance = defaultMeasuredTolerance
-	}
-	if o.UnreachableStrike == 0 {
-		o.UnreachableStrike = 3
-	}
-	if o.MaxConcurrentReconciles == 0 {
-		o.MaxConcurrentReconciles = 4
-	}
-	if o.Clock == nil {
-		o.Clock = clock.RealClock{}
-	}
-	if o.PushTokenSecretKey == "" {
-		o.PushTokenSecretKey = "token"
-	}
-	if o.PushTokenSecretInterval == 0 {
-		o.PushTokenSecretInterval = 30 * time.Second
-	}
-}
-
-func (o *Options) validate() error {
-	switch {
-	case o.PushTimeout < 0:
-		return fmt.Errorf("%w: push timeout %s must be positive", ErrInvalidOptions, o.PushTimeout)
-	case o.ResyncPeriod < 0:
-		return fmt.Errorf("%w: resync period %s must be positive", ErrInvalidOptions, o.ResyncPeriod)
-	case o.MeasuredMinCompletions < 0:
-		return fmt.Errorf("%w: measured min completions %d must be positive", ErrInvalidOptions, o.MeasuredMinCompletions)
-	case o.MeasuredTolerance < 0 || o.MeasuredTolerance >= 1:
-		return fmt.Errorf("%w: measured tolerance %v must be in [0, 1)", ErrInvalidOptions, o.MeasuredTolerance)
-	case o.UnreachableStrike < 1:
-		return fmt.Errorf("%w: unreachable strike %d must be at least 1", ErrInvalidOptions, o.UnreachableStrike)
-	case o.PushTokenSecretInterval < 0:
-		return fmt.Errorf("%w: push token Secret interval %s must be positive", ErrInvalidOptions, o.PushTokenSecretInterval)
-	case (o.PushTokenSecret.Name == "") != (o.PushTokenSecret.Namespace == ""):
-		return fmt.Errorf("%w: push token Secret %q needs both a namespace and a name", ErrInvalidOptions, o.PushTokenSecret.String())
-	}
-	return nil
-}
-
 // Setup registers the field indexes, the Pusher and both controllers with
 // the manager.
-func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
-	opts.defaults()
-	if err := opts.validate(); err != nil {
+func Setup(ctx context.Context, mgr ctrl.Manager, opts Config) error {
+	if err := opts.Validate(); err != nil {
 		return err
 	}
 	if err := setupIndexes(ctx, mgr.GetFieldIndexer()); err != nil {
@@ -173,23 +77,17 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 	if err != nil {
 		return err
 	}
-	pusher, err := NewPusher(PusherOptions{
-		Tokens:      tokens,
-		Timeout:     opts.PushTimeout,
-		BackoffBase: opts.BackoffBase,
-		BackoffMax:  opts.BackoffMax,
-		Clock:       opts.Clock,
-		Notify:      notes.Notify,
-		Log:         mgr.GetLogger().WithName("push"),
-	})
+	pushOpts := opts.pusherOptions()
+	pushOpts.Tokens, pushOpts.Notify, pushOpts.Log = tokens, notes.Notify, mgr.GetLogger().WithName("push")
+	pusher, err := NewPusher(pushOpts)
 	if err != nil {
 		return err
 	}
 	if err := mgr.Add(pusher); err != nil {
 		return err
 	}
-	jwksOpts := opts.JWKS
-	jwksOpts.Clock, jwksOpts.Notify, jwksOpts.Log = opts.Clock, notes.Notify, mgr.GetLogger().WithName("jwks")
+	jwksOpts := opts.jwksOptions()
+	jwksOpts.Notify, jwksOpts.Log = notes.Notify, mgr.GetLogger().WithName("jwks")
 	jwks, err := NewJWKSFetcher(jwksOpts)
 	if err != nil {
 		return err

@@ -8,7 +8,6 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/tiergate/tiergate/api/v1alpha1"
 	"github.com/tiergate/tiergate/capacity"
@@ -376,41 +375,6 @@ func TestBoundChanges(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			if got := boundChanges(tc.before, after); got != tc.want {
 				t.Errorf("boundChanges = %q, want %q", got, tc.want)
-			}
-		})
-	}
-}
-
-func TestOptionsValidate(t *testing.T) {
-	tests := map[string]struct {
-		opts Options
-		want string
-	}{
-		"defaults are valid":  {Options{}, ""},
-		"negative timeout":    {Options{PushTimeout: -time.Second}, "invalid controller options: push timeout -1s must be positive"},
-		"tolerance of 1":      {Options{MeasuredTolerance: 1}, "invalid controller options: measured tolerance 1 must be in [0, 1)"},
-		"negative completion": {Options{MeasuredMinCompletions: -1}, "invalid controller options: measured min completions -1 must be positive"},
-		"a token Secret":      {Options{PushTokenSecret: types.NamespacedName{Namespace: "ns", Name: "tok"}}, ""},
-		"negative token Secret interval": {Options{PushTokenSecretInterval: -time.Second},
-			"invalid controller options: push token Secret interval -1s must be positive"},
-		"a token Secret without a namespace": {Options{PushTokenSecret: types.NamespacedName{Name: "tok"}},
-			`invalid controller options: push token Secret "/tok" needs both a namespace and a name`},
-		"a token Secret without a name": {Options{PushTokenSecret: types.NamespacedName{Namespace: "ns"}},
-			`invalid controller options: push token Secret "ns/" needs both a namespace and a name`},
-	}
-	for name, tc := range tests {
-		t.Run(name, func(t *testing.T) {
-			o := tc.opts
-			o.defaults()
-			err := o.validate()
-			if tc.want == "" {
-				if err != nil {
-					t.Fatalf("validate: %v", err)
-				}
-				return
-			}
-			if !errors.Is(err, ErrInvalidOptions) || err.Error() != tc.want {
-				t.Errorf("validate = %v, want %q", err, tc.want)
 			}
 		})
 	}

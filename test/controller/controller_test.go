@@ -744,6 +744,10 @@ func TestMetrics(t *testing.T) {
 	for _, re := range []string{
 		`(?m)^tiergate_push_total\{result="success"\} [1-9]`,
 		`(?m)^tiergate_push_latency_seconds_count [1-9]`,
+		// The push queue's own series, from controller-runtime's provider.
+		`(?m)^workqueue_adds_total\{controller="push",name="push"\} [1-9]`,
+		`(?m)^workqueue_depth\{controller="push",name="push",priority=""\} 0$`,
+		`(?m)^workqueue_retries_total\{controller="push",name="push"\} \d`,
 		`(?m)^tiergate_pool_concurrency\{pool="` + regexp.QuoteMeta(e.ns) + `/llm"\} 24$`,
 	} {
 		if !regexp.MustCompile(re).MatchString(text) {
@@ -751,7 +755,7 @@ func TestMetrics(t *testing.T) {
 		}
 	}
 	if t.Failed() {
-		t.Logf("metrics:\n%s", grepLines(text, "tiergate_"))
+		t.Logf("metrics:\n%s\n%s", grepLines(text, "tiergate_"), grepLines(text, `name="push"`))
 	}
 }
 

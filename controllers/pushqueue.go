@@ -1,0 +1,119 @@
+package controllers
+
+import (
+	"context"
+
+	"k8s.io/client-go/util/workqueue"
+)
+
+// pushEvent is what a worker reports to Pusher.trace about a key.
+type pushEvent int
+
+const (
+	pushSkipped  pushEvent = iota // the pod is current, or no longer a target: nothing pushed
+	pushDeferred                  // the pod is still backing off: queued again for the rest of it
+	pushDone                      // pushed and recorded
+	pushBackoff                   // pushed, failed, queued again after its backoff
+	pushDropped                   // pushed, but the pod stopped being a target meanwhile: not recorded
+)
+
+func (p *Pusher) note(k pushKey, ev pushEvent) {
+	if p.trace != nil {
+		p.trace(k, ev)
+	}
+}
+
+// processNext takes one key off the queue and pushes its newest target
+// when the pod needs it; false when the queue shut down.
+func (p *Pusher) processNext(ctx context.Context, q workqueue.TypedRateLimitingInterface[pushKey]) bool {
+	k, shutdown := q.Get()
+	if shutdown {
+		return false
+	}
+	defer q.Done(k)
+	pp, tgt, pushCtx, ok := p.take(ctx, q, k)
+	if !ok {
+		return true
+	}
+	a := p.push(pushCtx, tgt)
+	if ctx.Err() != nil {
+		return false // shutting down: the answer to a cancelled push is not the pod's
+	}
+	if !p.record(q, k, pp, tgt, a) {
+		p.note(k, pushDropped)
+		return true
+	}
+	log := p.opts.Log.WithValues("pool", k.pool.String(), "pod", tgt.Name, "address", tgt.Address, "version", tgt.Policy.Version)
+	if a.err != nil {
+		log.Info("push failed", "result", string(a.result), "error", a.err.Error())
+		p.note(k, pushBackoff)
+	} else {
+		log.V(1).Info("pushed", "acked", a.ack.Version)
+		p.note(k, pushDone)
+	}
+	p.opts.Notify(k.pool)
+	return true
+}
+
+// take is the key's target to push now, with a context that dropping the
+// pod cancels; ok is false when there is nothing to push yet.
+func (p *Pusher) take(ctx context.Context, q workqueue.TypedRateLimitingInterface[pushKey], k pushKey) (*podPush, Target, context.Context, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	pp, ok := p.pods[k]
+	if !ok {
+		p.note(k, pushSkipped)
+		return nil, Target{}, nil, false
+	}
+	need, wait := p.planLocked(pp)
+	switch {
+	case !need:
+		p.note(k, pushSkipped)
+		return nil, Target{}, nil, false
+	case wait > 0:
+		// An earlier backoff's entry came due before this one's.
+		q.AddAfter(k, wait)
+		p.note(k, pushDeferred)
+		return nil, Target{}, nil, false
+	}
+	pp.force = false
+	ctx, pp.cancel = context.WithCancel(ctx)
+	return pp, pp.target, ctx, true
+}
+
+// record folds an attempt into the pod's state; false when the pod was
+// dropped (or dropped and added again) while it was pushed. A failure
+// queues the key again after the limiter's backoff (AddRateLimited,
+// unrolled so the retry time is known); a success forgets the failures.
+func (p *Pusher) record(q workqueue.TypedRateLimitingInterface[pushKey], k pushKey, pp *podPush, tgt Target, a attempt) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	pp.cancel()
+	pp.cancel = nil
+	if p.pods[k] != pp {
+		return false
+	}
+	st := &pp.state
+	st.Attempts++
+	st.Result = a.result
+	st.Err = a.err
+	if a.result == PushOK {
+		st.AckedVersion = a.ack.Version
+		st.Stats = a.ack.Stats
+		st.Failures = 0
+		st.HeldVersion = 0
+		st.HeldPool = ""
+		q.Forget(k)
+		return true
+	}
+	st.Failures++
+	if a.result == PushConflict {
+		st.HeldVersion = a.held
+	}
+	st.HeldPool = a.heldPool
+	pp.failedVersion = tgt.Policy.Version
+	delay := p.limiter.When(k)
+	pp.retryAt = p.opts.Clock.Now().Add(delay)
+	q.AddAfter(k, delay)
+	return true
+}
