@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tiergate/tiergate/dispatcher/policy"
+	policy "github.com/tiergate/tiergate/api/policy/v1"
 )
 
 // attempt is the classified answer to one push.
