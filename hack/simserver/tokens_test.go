@@ -166,7 +166,6 @@ func TestTokenTiming(t *testing.T) {
 	}
 }
 
-
 // newTokenServer is newTestServer with a token model.
 func newTokenServer(t *testing.T, dist string, m tokenModel) (*server, string) {
 	t.Helper()
