@@ -1,8 +1,8 @@
 package capacity
 
 import (
+	policy "github.com/tiergate/tiergate/api/policy/v1"
 	"github.com/tiergate/tiergate/api/v1alpha1"
-	"github.com/tiergate/tiergate/dispatcher/policy"
 )
 
 // policyAuthentication is the policy's authentication block for spec a:

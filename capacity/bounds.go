@@ -5,8 +5,8 @@ import (
 	"math/big"
 	"time"
 
+	policy "github.com/tiergate/tiergate/api/policy/v1"
 	"github.com/tiergate/tiergate/api/v1alpha1"
-	"github.com/tiergate/tiergate/dispatcher/policy"
 )
 
 // ErrInvalidInput is wrapped by every error ComputeBounds returns.

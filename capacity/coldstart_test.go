@@ -8,9 +8,9 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
+	policy "github.com/tiergate/tiergate/api/policy/v1"
 	"github.com/tiergate/tiergate/api/v1alpha1"
 	seed "github.com/tiergate/tiergate/capacity/capacitytest"
-	"github.com/tiergate/tiergate/dispatcher/policy"
 )
 
 // The seed's pool at zero, with its first replica Ready after 12s: μ₁ =

@@ -9,8 +9,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/resource"
 
+	policy "github.com/tiergate/tiergate/api/policy/v1"
 	"github.com/tiergate/tiergate/api/v1alpha1"
-	"github.com/tiergate/tiergate/dispatcher/policy"
 )
 
 // loadResolution is how finely an offered load is read: 10⁻⁶ requests per

@@ -8,9 +8,9 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	policy "github.com/tiergate/tiergate/api/policy/v1"
 	"github.com/tiergate/tiergate/api/v1alpha1"
 	seed "github.com/tiergate/tiergate/capacity/capacitytest"
-	"github.com/tiergate/tiergate/dispatcher/policy"
 )
 
 func load(queued int64, perTier ...float64) policy.Measured {

@@ -3,8 +3,8 @@ package capacity
 import (
 	"math/big"
 
+	policy "github.com/tiergate/tiergate/api/policy/v1"
 	"github.com/tiergate/tiergate/api/v1alpha1"
-	"github.com/tiergate/tiergate/dispatcher/policy"
 )
 
 // basePolicy is what every dispatcher's policy shares: everything but the

@@ -21,9 +21,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/yaml"
 
+	policy "github.com/tiergate/tiergate/api/policy/v1"
 	"github.com/tiergate/tiergate/api/v1alpha1"
 	seed "github.com/tiergate/tiergate/capacity/capacitytest"
-	"github.com/tiergate/tiergate/dispatcher/policy"
 )
 
 // The ScaledObject of the seed's pool with spec.autoscaling {0, 4}, as the

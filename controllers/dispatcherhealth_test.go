@@ -8,7 +8,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/tiergate/tiergate/dispatcher/policy"
+	policy "github.com/tiergate/tiergate/api/policy/v1"
 )
 
 var testTuning = healthTuning{RestartWindow: time.Minute, ReadyGrace: 10 * time.Second, HoldDownBase: 20 * time.Second, HoldDownMax: 80 * time.Second}

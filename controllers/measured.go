@@ -4,7 +4,7 @@ import (
 	"math"
 	"time"
 
-	"github.com/tiergate/tiergate/dispatcher/policy"
+	policy "github.com/tiergate/tiergate/api/policy/v1"
 )
 
 // Hysteresis defaults for folding measured service times into S.

@@ -19,9 +19,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	policy "github.com/tiergate/tiergate/api/policy/v1"
 	"github.com/tiergate/tiergate/api/v1alpha1"
 	"github.com/tiergate/tiergate/capacity"
-	"github.com/tiergate/tiergate/dispatcher/policy"
 )
 
 // +kubebuilder:rbac:groups=tiergate.dev,resources=modelpools;servicetiers;tenantquotas,verbs=get;list;watch

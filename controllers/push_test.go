@@ -19,8 +19,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
 
+	policy "github.com/tiergate/tiergate/api/policy/v1"
 	"github.com/tiergate/tiergate/dispatcher/admin"
-	"github.com/tiergate/tiergate/dispatcher/policy"
 )
 
 // adminBackend is what the admin handler drives in these tests, as a

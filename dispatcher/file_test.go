@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,7 +14,7 @@ import (
 	"github.com/go-logr/logr"
 	clocktesting "k8s.io/utils/clock/testing"
 
-	"github.com/tiergate/tiergate/dispatcher/policy"
+	policy "github.com/tiergate/tiergate/api/policy/v1"
 )
 
 type pollOutcome struct {
@@ -75,6 +76,9 @@ func TestFileWatcher(t *testing.T) {
 		{name: "a bad edit keeps the policy", edit: func() { write(map[string]any{"version": 3, "bogus": true}) }, wantChanged: true,
 			wantErr: `policy file FILE: policy: decode: json: unknown field "bogus"`, wantIs: policy.ErrDecode, wantVersion: 2},
 		{name: "a bad edit is reported once", wantVersion: 2},
+		{name: "a newer schema keeps the policy", edit: func() { write(map[string]any{"schemaVersion": 99, "version": 3, "tokens": map[string]any{}}) },
+			wantChanged: true, wantIs: policy.ErrUnsupportedSchema, wantVersion: 2,
+			wantErr: fmt.Sprintf("policy file FILE: policy: decode: schemaVersion 99 is newer than %d, the newest this build understands", policy.SchemaVersion)},
 		{name: "an older version keeps the policy", edit: func() { write(pol(1, 1)) }, wantChanged: true,
 			wantErr: "policy file FILE: policy: stale version: have 2, got 1", wantIs: policy.ErrStaleVersion, wantVersion: 2},
 		{name: "a missing file", edit: func() { _ = os.Remove(file) },

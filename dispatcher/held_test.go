@@ -16,8 +16,8 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	policy "github.com/tiergate/tiergate/api/policy/v1"
 	"github.com/tiergate/tiergate/dispatcher/fleet"
-	"github.com/tiergate/tiergate/dispatcher/policy"
 	"github.com/tiergate/tiergate/dispatcher/queue"
 	"github.com/tiergate/tiergate/internal/redistest"
 	"github.com/tiergate/tiergate/internal/testutil"

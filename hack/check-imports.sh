@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Usage: hack/check-imports.sh [--rule pure|no-client] [PACKAGE...]
+# Usage: hack/check-imports.sh [--rule pure|no-client|no-dispatcher] [PACKAGE...]
 #
 # Enforces the import boundaries of DESIGN.md section 2 over each
 # package's whole non-test dependency closure, not only its direct imports:
@@ -11,19 +11,22 @@
 #   no-client  the capacity maths and the simulator: nothing in the closure
 #              is a Kubernetes client (client-go, k8s.io/kubernetes,
 #              controller-runtime). API types and apimachinery are allowed.
+#   no-dispatcher  the controller side: nothing in the closure is under
+#              github.com/tiergate/tiergate/dispatcher; what it shares with
+#              the dispatcher is the wire contract in api/policy/v1.
 #
-# Without packages it checks ./dispatcher/queue, ./dispatcher/policy and
-# ./dispatcher/balancer
-# with pure and ./capacity and ./simulate with no-client; a guarded package
-# that does not exist yet is reported and skipped. Named packages are
-# checked with --rule (default pure).
+# Without packages it checks ./dispatcher/queue, ./api/policy/v1 and
+# ./dispatcher/balancer with pure, ./capacity and ./simulate with
+# no-client, and ./capacity and ./controllers with no-dispatcher; a guarded
+# package that does not exist yet is reported and skipped. Named packages
+# are checked with --rule (default pure). Each check prints its rule.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 
 usage() {
-	echo "usage: hack/check-imports.sh [--rule pure|no-client] [PACKAGE...]" >&2
+	echo "usage: hack/check-imports.sh [--rule pure|no-client|no-dispatcher] [PACKAGE...]" >&2
 	exit 2
 }
 
@@ -31,6 +34,7 @@ forbidden_for() {
 	case $1 in
 	pure) echo '^(net/http|k8s\.io/api|k8s\.io/apimachinery|k8s\.io/client-go|k8s\.io/kubernetes|sigs\.k8s\.io/controller-runtime)(/|$)' ;;
 	no-client) echo '^(k8s\.io/client-go|k8s\.io/kubernetes|sigs\.k8s\.io/controller-runtime)(/|$)' ;;
+	no-dispatcher) echo '^github\.com/tiergate/tiergate/dispatcher(/|$)' ;;
 	*) return 1 ;;
 	esac
 }
@@ -48,7 +52,8 @@ checks=()
 if [[ $# -gt 0 ]]; then
 	for p in "$@"; do checks+=("$rule $p"); done
 else
-	for c in "pure ./dispatcher/queue" "pure ./dispatcher/policy" "pure ./dispatcher/balancer" "no-client ./capacity" "no-client ./simulate"; do
+	for c in "pure ./dispatcher/queue" "pure ./api/policy/v1" "pure ./dispatcher/balancer" \
+		"no-client ./capacity" "no-client ./simulate" "no-dispatcher ./capacity" "no-dispatcher ./controllers"; do
 		p=${c#* }
 		if compgen -G "$p/*.go" >/dev/null; then
 			checks+=("$c")
@@ -67,7 +72,7 @@ for c in ${checks[@]+"${checks[@]}"}; do
 	# grep reads all its input (no -q): under pipefail, -q's early exit can
 	# kill cut with SIGPIPE and turn a violation into "ok".
 	if ! cut -d' ' -f1 <<<"$edges" | grep -E "$forbidden" >/dev/null; then
-		echo "check-imports: $p ok"
+		echo "check-imports: $p ok ($r)"
 		continue
 	fi
 	status=1

@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"time"
 
+	policy "github.com/tiergate/tiergate/api/policy/v1"
 	"github.com/tiergate/tiergate/capacity"
-	"github.com/tiergate/tiergate/dispatcher/policy"
 )
 
 // policyState is the policy the dispatchers run with.

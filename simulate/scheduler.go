@@ -5,7 +5,7 @@ import (
 
 	clocktesting "k8s.io/utils/clock/testing"
 
-	"github.com/tiergate/tiergate/dispatcher/policy"
+	policy "github.com/tiergate/tiergate/api/policy/v1"
 )
 
 // scheduler is what the engine sends requests through: the real dispatcher

@@ -8,8 +8,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	policy "github.com/tiergate/tiergate/api/policy/v1"
 	"github.com/tiergate/tiergate/capacity"
-	"github.com/tiergate/tiergate/dispatcher/policy"
 )
 
 // zeroPool is one replica of 2 slots, S = 10s constant, a cold start of

@@ -287,6 +287,11 @@ const (
 	// pool has fewer slots than healthy dispatchers: those left without a
 	// slot report NotReady and serve nothing.
 	ModelPoolFewerSlotsThanDispatchers = "FewerSlotsThanDispatchers"
+
+	// ModelPoolDispatcherSkew is True while some dispatcher pods read an
+	// older policy schema than the controller: it names them, and the
+	// features in use they cannot enforce.
+	ModelPoolDispatcherSkew = "DispatcherSkew"
 )
 
 // ModelPoolReason is the Reason of a ModelPool condition.
@@ -323,6 +328,11 @@ const (
 	// Reasons of FewerSlotsThanDispatchers.
 	ReasonFewerSlotsThanDispatchers ModelPoolReason = "FewerSlotsThanDispatchers"
 	ReasonDispatchersHoldSlots      ModelPoolReason = "DispatchersHoldSlots"
+
+	// Reasons of DispatcherSkew.
+	ReasonDispatchersCurrent  ModelPoolReason = "DispatchersCurrent"
+	ReasonOlderDispatchers    ModelPoolReason = "OlderDispatchers"
+	ReasonFeaturesNotEnforced ModelPoolReason = "FeaturesNotEnforced"
 )
 
 // +kubebuilder:object:root=true

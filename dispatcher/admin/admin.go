@@ -14,7 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/tiergate/tiergate/dispatcher/policy"
+	policy "github.com/tiergate/tiergate/api/policy/v1"
 )
 
 // Dispatcher is what the admin port drives.
@@ -68,6 +68,7 @@ func New(cfg Config, d Dispatcher) (http.Handler, error) {
 	}
 	h := &handler{cfg: cfg, d: d, tokens: tokensOf(cfg)}
 	mux := http.NewServeMux()
+	srv := withSchema(mux)
 	mux.Handle("PUT /v1/policy", h.auth(h.putPolicy))
 	mux.Handle("GET /v1/policy", h.auth(h.getPolicy))
 	mux.Handle("GET /v1/stats", h.auth(h.stats))
@@ -84,7 +85,20 @@ func New(cfg Config, d Dispatcher) (http.Handler, error) {
 		mux.Handle("GET /debug/pprof/symbol", h.auth(pprof.Symbol))
 		mux.Handle("GET /debug/pprof/trace", h.auth(pprof.Trace))
 	}
-	return mux, nil
+	return srv, nil
+}
+
+// schemaRevision is SchemaHeader's value.
+var schemaRevision = strconv.Itoa(policy.SchemaVersion)
+
+// withSchema names the policy schema revision on every answer, refusals
+// and 404s included: the controller learns a dispatcher's revision from
+// whatever its push got back.
+func withSchema(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set(policy.SchemaHeader, schemaRevision)
+		next.ServeHTTP(w, r)
+	})
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {
@@ -142,6 +156,9 @@ func (h *handler) putPolicy(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		d := policy.AdminErrorDetail{Type: policy.AdminInvalidPolicy, Message: err.Error() + "; the previous policy stays"}
 		var verrs policy.ValidationErrors
+		if errors.Is(err, policy.ErrUnsupportedSchema) {
+			d.Type = policy.AdminUnsupportedSchema
+		}
 		if errors.As(err, &verrs) {
 			d.Message = fmt.Sprintf("the policy has %d error(s); the previous policy stays", len(verrs))
 			d.Errors = verrs
@@ -172,6 +189,7 @@ func (h *handler) putPolicy(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusInternalServerError, policy.AdminErrorDetail{Type: policy.AdminInternal, Message: err.Error()})
 		return
 	}
+	ack.SchemaVersion = policy.SchemaVersion
 	writeJSON(w, http.StatusOK, ack)
 }
 

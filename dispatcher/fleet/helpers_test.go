@@ -15,7 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"k8s.io/utils/clock"
 
-	"github.com/tiergate/tiergate/dispatcher/policy"
+	policy "github.com/tiergate/tiergate/api/policy/v1"
 	"github.com/tiergate/tiergate/dispatcher/queue/gate"
 	"github.com/tiergate/tiergate/internal/redistest"
 	"github.com/tiergate/tiergate/internal/testutil"

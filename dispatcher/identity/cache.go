@@ -5,7 +5,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/tiergate/tiergate/dispatcher/policy"
+	policy "github.com/tiergate/tiergate/api/policy/v1"
 )
 
 // tokenCache remembers verified tokens until their exp, keyed on the whole

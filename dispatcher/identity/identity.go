@@ -12,7 +12,7 @@ import (
 
 	"k8s.io/utils/clock"
 
-	"github.com/tiergate/tiergate/dispatcher/policy"
+	policy "github.com/tiergate/tiergate/api/policy/v1"
 )
 
 // Sentinel errors, the Kind of an *Error; dispatcher/apierror maps them to

@@ -14,7 +14,7 @@ import (
 	"github.com/go-jose/go-jose/v4/jwt"
 	"k8s.io/utils/clock"
 
-	"github.com/tiergate/tiergate/dispatcher/policy"
+	policy "github.com/tiergate/tiergate/api/policy/v1"
 )
 
 // Leeway is how far exp and nbf may be off the dispatcher's clock.

@@ -7,8 +7,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	policy "github.com/tiergate/tiergate/api/policy/v1"
 	"github.com/tiergate/tiergate/dispatcher/identity"
-	"github.com/tiergate/tiergate/dispatcher/policy"
 )
 
 func headerPolicy(sources ...string) *policy.Policy {

@@ -3,7 +3,7 @@ package queue
 import (
 	"sort"
 
-	"github.com/tiergate/tiergate/dispatcher/policy"
+	policy "github.com/tiergate/tiergate/api/policy/v1"
 )
 
 // model is a deliberately naive reference of the queue's semantics: a flat

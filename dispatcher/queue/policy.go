@@ -3,7 +3,7 @@ package queue
 import (
 	"time"
 
-	"github.com/tiergate/tiergate/dispatcher/policy"
+	policy "github.com/tiergate/tiergate/api/policy/v1"
 )
 
 // UpdatePolicy applies a new policy: slots, bounds, limits, ageing rate and

@@ -13,7 +13,7 @@ import (
 
 	clocktesting "k8s.io/utils/clock/testing"
 
-	"github.com/tiergate/tiergate/dispatcher/policy"
+	policy "github.com/tiergate/tiergate/api/policy/v1"
 )
 
 var seedFlag = flag.Uint64("seed", 0, "seed for TestQueueProperties (0: TIERGATE_SEED or random)")

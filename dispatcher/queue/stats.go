@@ -3,7 +3,7 @@ package queue
 import (
 	"time"
 
-	"github.com/tiergate/tiergate/dispatcher/policy"
+	policy "github.com/tiergate/tiergate/api/policy/v1"
 )
 
 // Stats is a snapshot of the queue for metrics, the admin API and the

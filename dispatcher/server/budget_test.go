@@ -14,8 +14,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	policy "github.com/tiergate/tiergate/api/policy/v1"
 	"github.com/tiergate/tiergate/dispatcher/budget"
-	"github.com/tiergate/tiergate/dispatcher/policy"
 )
 
 // trickle hands out its chunks one Read at a time and records, at every

@@ -12,8 +12,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	policy "github.com/tiergate/tiergate/api/policy/v1"
 	"github.com/tiergate/tiergate/dispatcher/balancer"
-	"github.com/tiergate/tiergate/dispatcher/policy"
 )
 
 // closedAddr is a loopback address nothing listens on.

@@ -9,9 +9,9 @@ import (
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	policy "github.com/tiergate/tiergate/api/policy/v1"
 	"github.com/tiergate/tiergate/api/v1alpha1"
 	"github.com/tiergate/tiergate/dispatcher"
-	"github.com/tiergate/tiergate/dispatcher/policy"
 )
 
 // scaleEvent is one change of the pool's ready replicas and what the

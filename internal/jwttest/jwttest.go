@@ -13,7 +13,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tiergate/tiergate/dispatcher/policy"
+	policy "github.com/tiergate/tiergate/api/policy/v1"
 )
 
 // Key is a private key made by openssl, with its public JWK.

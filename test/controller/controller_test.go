@@ -26,8 +26,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	policy "github.com/tiergate/tiergate/api/policy/v1"
 	"github.com/tiergate/tiergate/api/v1alpha1"
-	"github.com/tiergate/tiergate/dispatcher/policy"
 	"github.com/tiergate/tiergate/internal/testutil"
 )
 
@@ -45,11 +45,12 @@ func samplePolicy(ns string, backends []policy.Backend, slots int, tiers []polic
 
 var sampleTenants = []policy.Tenant{{ID: "acme", Tier: "premium"}, {ID: "globex", Tier: "standard"}, {ID: "initech", Tier: "free"}}
 
-// matches compares a held policy with the wanted one, ignoring the version.
+// matches compares a held policy with the wanted one, ignoring the version
+// and the schema revision (the skew test checks that one).
 func matches(want policy.Policy) func(*policy.Policy) error {
 	return func(got *policy.Policy) error {
 		g := *got
-		g.Version = 0
+		g.Version, g.SchemaVersion = 0, 0
 		if diff := cmp.Diff(want, g, cmpopts.EquateApprox(0, 1e-9), cmpopts.EquateEmpty()); diff != "" {
 			return fmt.Errorf("%w (-want +got):\n%s", errMismatch, diff)
 		}

@@ -19,8 +19,8 @@ import (
 	"github.com/openai/openai-go/v3/option"
 	"k8s.io/apimachinery/pkg/types"
 
+	policy "github.com/tiergate/tiergate/api/policy/v1"
 	"github.com/tiergate/tiergate/api/v1alpha1"
-	"github.com/tiergate/tiergate/dispatcher/policy"
 	"github.com/tiergate/tiergate/internal/testutil"
 )
 

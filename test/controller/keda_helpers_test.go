@@ -18,8 +18,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 
+	policy "github.com/tiergate/tiergate/api/policy/v1"
 	"github.com/tiergate/tiergate/controllers"
-	"github.com/tiergate/tiergate/dispatcher/policy"
 )
 
 // kedaCRD is KEDA's own ScaledObject CRD, which hack/tools.sh copies from

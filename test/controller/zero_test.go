@@ -10,8 +10,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	policy "github.com/tiergate/tiergate/api/policy/v1"
 	"github.com/tiergate/tiergate/api/v1alpha1"
-	"github.com/tiergate/tiergate/dispatcher/policy"
 	"github.com/tiergate/tiergate/internal/testutil"
 )
 

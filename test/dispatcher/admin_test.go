@@ -13,7 +13,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/tiergate/tiergate/dispatcher/policy"
+	policy "github.com/tiergate/tiergate/api/policy/v1"
 	"github.com/tiergate/tiergate/internal/testutil"
 )
 
@@ -79,6 +79,10 @@ func TestAdminAPI(t *testing.T) {
 				{Field: "tiers[1].queueBound", Message: "must be >= 1, got 0"},
 				{Field: "tenants[0].tier", Message: `names unknown tier "gold"`},
 			}},
+		{name: "newer schema", method: "PUT", path: "/v1/policy", token: testToken, wantCode: 400,
+			body:     []byte(`{"schemaVersion":99,"version":6,"tokens":{"defaultMaxTokens":9}}`),
+			wantType: "unsupported_schema",
+			wantMsg:  fmt.Sprintf("policy: decode: schemaVersion 99 is newer than %d, the newest this build understands; the previous policy stays", policy.SchemaVersion)},
 		{name: "older version", method: "PUT", path: "/v1/policy", token: testToken, body: valid(4), wantCode: 409,
 			wantType: "stale_version", wantMsg: "policy version 4 is older than the applied version 5", wantCurrent: &v5},
 		{name: "too large", method: "PUT", path: "/v1/policy", token: testToken, body: []byte(`{"pool":"` + strings.Repeat("x", 9<<20) + `"}`), wantCode: 413,
@@ -137,8 +141,26 @@ func TestAdminAPI(t *testing.T) {
 	if err := json.Unmarshal(body, &ack); err != nil {
 		t.Fatal(err)
 	}
-	if ack.Version != 6 || ack.Stats.Completed != 3 || ack.Stats.ServiceTimeSeconds <= 0 || ack.Stats.ServiceTimeSeconds > 1 {
+	if ack.Version != 6 || ack.SchemaVersion != policy.SchemaVersion || ack.Stats.Completed != 3 || ack.Stats.ServiceTimeSeconds <= 0 || ack.Stats.ServiceTimeSeconds > 1 {
 		t.Errorf("ack %s", body)
+	}
+	// The revision is in the header of answers and refusals alike.
+	for _, tc := range []struct {
+		path, token string
+		code        int
+	}{{"/healthz", "", 200}, {"/v1/policy", testToken, 200}, {"/v1/stats", "nope", 401}, {"/nothing", "", 404}} {
+		req, _ := http.NewRequest(http.MethodGet, d.AdminURL(tc.path), nil)
+		if tc.token != "" {
+			req.Header.Set("Authorization", "Bearer "+tc.token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if got, want := resp.Header.Get(policy.SchemaHeader), fmt.Sprint(policy.SchemaVersion); resp.StatusCode != tc.code || got != want {
+			t.Errorf("GET %s: %d with %s %q, want %d with %q", tc.path, resp.StatusCode, policy.SchemaHeader, got, tc.code, want)
+		}
 	}
 	var got policy.Policy
 	testutil.GetJSON(t, "http://"+d.Admin+"/v1/policy", testToken, &got)

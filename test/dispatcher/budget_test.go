@@ -18,8 +18,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	policy "github.com/tiergate/tiergate/api/policy/v1"
 	"github.com/tiergate/tiergate/dispatcher/budget"
-	"github.com/tiergate/tiergate/dispatcher/policy"
 	"github.com/tiergate/tiergate/internal/testutil"
 )
 

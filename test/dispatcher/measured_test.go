@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tiergate/tiergate/dispatcher/policy"
+	policy "github.com/tiergate/tiergate/api/policy/v1"
 )
 
 // ack pushes p and returns the dispatcher's acknowledgement.

@@ -9,7 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/tiergate/tiergate/dispatcher/policy"
+	policy "github.com/tiergate/tiergate/api/policy/v1"
 	"github.com/tiergate/tiergate/internal/redistest"
 	"github.com/tiergate/tiergate/internal/testutil"
 )

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
+	policy "github.com/tiergate/tiergate/api/policy/v1"
 	tgdispatcher "github.com/tiergate/tiergate/dispatcher"
-	"github.com/tiergate/tiergate/dispatcher/policy"
 	"github.com/tiergate/tiergate/internal/redistest"
 	"github.com/tiergate/tiergate/internal/testutil"
 )

@@ -81,9 +81,9 @@ func TestCheckImports(t *testing.T) {
 			wantStderr: "check-imports: ./test/integration/testdata/importcheck/indirect depends on forbidden packages (pure); the way in:\n  " + pkg + "leaky imports net/http\n",
 		},
 		"apimachinery": {
-			args:       []string{"./dispatcher/policy", "./api/v1alpha1"},
+			args:       []string{"./api/policy/v1", "./api/v1alpha1"},
 			wantCode:   1,
-			wantStdout: "check-imports: ./dispatcher/policy ok\n",
+			wantStdout: "check-imports: ./api/policy/v1 ok (pure)\n",
 			wantStderr: "check-imports: ./api/v1alpha1 depends on forbidden packages (pure); the way in:\n" +
 				"  golang.org/x/net/internal/httpcommon imports net/http/httptrace\n" +
 				"  golang.org/x/net/http2 imports net/http\n" +
@@ -95,7 +95,7 @@ func TestCheckImports(t *testing.T) {
 		},
 		"clock and yaml are allowed": {
 			args:       []string{"./test/integration/testdata/importcheck/clean"},
-			wantStdout: "check-imports: ./test/integration/testdata/importcheck/clean ok\n",
+			wantStdout: "check-imports: ./test/integration/testdata/importcheck/clean ok (pure)\n",
 		},
 		"no-client: a client reached through controller-runtime": {
 			args:     []string{"--rule", "no-client", "./test/integration/testdata/importcheck/kubeclient"},
@@ -105,12 +105,23 @@ func TestCheckImports(t *testing.T) {
 		},
 		"no-client: API types and apimachinery are allowed": {
 			args:       []string{"--rule=no-client", "./api/v1alpha1", "./test/integration/testdata/importcheck/leaky"},
-			wantStdout: "check-imports: ./api/v1alpha1 ok\ncheck-imports: ./test/integration/testdata/importcheck/leaky ok\n",
+			wantStdout: "check-imports: ./api/v1alpha1 ok (no-client)\ncheck-imports: ./test/integration/testdata/importcheck/leaky ok (no-client)\n",
+		},
+		"no-dispatcher: a dispatcher package beside the wire type": {
+			args:     []string{"--rule", "no-dispatcher", "./test/integration/testdata/importcheck/dispatcherside"},
+			wantCode: 1,
+			wantStderr: "check-imports: ./test/integration/testdata/importcheck/dispatcherside depends on forbidden packages (no-dispatcher); the way in:\n  " +
+				pkg + "dispatcherside imports github.com/tiergate/tiergate/dispatcher/queue\n",
+		},
+		"no-dispatcher: the wire type, API types and clients are allowed": {
+			args: []string{"--rule=no-dispatcher", "./api/policy/v1", "./test/integration/testdata/importcheck/kubeclient"},
+			wantStdout: "check-imports: ./api/policy/v1 ok (no-dispatcher)\n" +
+				"check-imports: ./test/integration/testdata/importcheck/kubeclient ok (no-dispatcher)\n",
 		},
 		"an unknown rule": {
 			args:       []string{"--rule", "strict", "./capacity"},
 			wantCode:   2,
-			wantStderr: "usage: hack/check-imports.sh [--rule pure|no-client] [PACKAGE...]\n",
+			wantStderr: "usage: hack/check-imports.sh [--rule pure|no-client|no-dispatcher] [PACKAGE...]\n",
 		},
 	}
 	for name, tc := range tests {
@@ -125,9 +136,46 @@ func TestCheckImports(t *testing.T) {
 
 	// The real boundaries: the tree passes them all.
 	stdout, stderr, code := script(t, "", "hack/check-imports.sh")
-	want := "check-imports: ./dispatcher/queue ok\ncheck-imports: ./dispatcher/policy ok\ncheck-imports: ./dispatcher/balancer ok\ncheck-imports: ./capacity ok\ncheck-imports: ./simulate ok\n"
+	want := treePure + treeNoClient + "check-imports: ./capacity ok (no-dispatcher)\ncheck-imports: ./controllers ok (no-dispatcher)\n"
 	if diff := cmp.Diff([]any{0, want, ""}, []any{code, stdout, stderr}); diff != "" {
 		t.Errorf("hack/check-imports.sh on the tree: exit code, stdout, stderr (-want +got):\n%s", diff)
+	}
+}
+
+// What the default run prints for the pure and no-client checks of an
+// unbroken tree.
+const (
+	treePure     = "check-imports: ./dispatcher/queue ok (pure)\ncheck-imports: ./api/policy/v1 ok (pure)\ncheck-imports: ./dispatcher/balancer ok (pure)\n"
+	treeNoClient = "check-imports: ./capacity ok (no-client)\ncheck-imports: ./simulate ok (no-client)\n"
+)
+
+// TestCheckImportsKeepsControllerSideOffDispatcher adds a dispatcher import
+// to a copy of the tree, once in capacity (which controllers imports) and
+// once in controllers itself: the default run must name both ways in, since
+// the controller side shares only api/policy/v1 with the dispatcher.
+func TestCheckImportsKeepsControllerSideOffDispatcher(t *testing.T) {
+	t.Parallel()
+	dir := copyTree(t)
+	const mod = "github.com/tiergate/tiergate/"
+	for file, imp := range map[string]string{
+		"capacity/leak.go":    mod + "dispatcher/queue",
+		"controllers/leak.go": mod + "dispatcher/admin",
+	} {
+		pkg := filepath.Base(filepath.Dir(file))
+		src := "package " + pkg + "\n\nimport _ \"" + imp + "\"\n"
+		if err := os.WriteFile(filepath.Join(dir, file), []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stdout, stderr, code := script(t, dir, "hack/check-imports.sh")
+	want := []any{1, treePure + treeNoClient,
+		"check-imports: ./capacity depends on forbidden packages (no-dispatcher); the way in:\n" +
+			"  " + mod + "capacity imports " + mod + "dispatcher/queue\n" +
+			"check-imports: ./controllers depends on forbidden packages (no-dispatcher); the way in:\n" +
+			"  " + mod + "capacity imports " + mod + "dispatcher/queue\n" +
+			"  " + mod + "controllers imports " + mod + "dispatcher/admin\n"}
+	if diff := cmp.Diff(want, []any{code, stdout, stderr}); diff != "" {
+		t.Errorf("exit code, stdout, stderr (-want +got):\n%s", diff)
 	}
 }
 
@@ -151,7 +199,7 @@ func TestCheckImportsGuardsCapacityAndSimulate(t *testing.T) {
 	stdout, stderr, code := script(t, dir, "hack/check-imports.sh")
 	const mod = "github.com/tiergate/tiergate/"
 	want := []any{1,
-		"check-imports: ./dispatcher/queue ok\ncheck-imports: ./dispatcher/policy ok\ncheck-imports: ./dispatcher/balancer ok\n",
+		treePure + "check-imports: ./capacity ok (no-dispatcher)\ncheck-imports: ./controllers ok (no-dispatcher)\n",
 		"check-imports: ./capacity depends on forbidden packages (no-client); the way in:\n" +
 			"  " + mod + "capacity imports sigs.k8s.io/controller-runtime/pkg/client\n" +
 			"check-imports: ./simulate depends on forbidden packages (no-client); the way in:\n" +

@@ -1,4 +1,4 @@
-package policy
+package v1
 
 // Authentication modes.
 const (
@@ -18,6 +18,11 @@ const (
 // file. Durations are seconds. Slots, queue bounds and tenant limits are this
 // dispatcher's own share in Local mode and pool-wide in Redis mode.
 type Policy struct {
+	// SchemaVersion is the revision of this schema the document is
+	// written in (SchemaVersion; absent is revision 0). A dispatcher
+	// refuses a newer one (ErrUnsupportedSchema); the controller writes
+	// each dispatcher the revision it declares (At).
+	SchemaVersion int `json:"schemaVersion,omitempty"`
 	// Version increases with every change; a dispatcher refuses an older one.
 	Version int64 `json:"version"`
 	// Pool is "namespace/name" of the ModelPool.
@@ -95,8 +100,11 @@ type Backend struct {
 // dispatcher measured so the controller can follow the real service time.
 type Ack struct {
 	// Version is the policy version the dispatcher now holds.
-	Version int64    `json:"version"`
-	Stats   Measured `json:"stats"`
+	Version int64 `json:"version"`
+	// SchemaVersion is the dispatcher's SchemaVersion (absent from a
+	// dispatcher of revision 0), as in its SchemaHeader.
+	SchemaVersion int      `json:"schemaVersion,omitempty"`
+	Stats         Measured `json:"stats"`
 }
 
 // Measured is what a dispatcher observed since it started.

@@ -1,4 +1,4 @@
-package policy
+package v1
 
 import (
 	"fmt"
@@ -67,6 +67,9 @@ func (p *Policy) Validate() error {
 
 // pool checks the pool-wide numbers.
 func (c *checker) pool(p *Policy) {
+	if p.SchemaVersion < 0 {
+		c.add("schemaVersion", "must be >= 0, got %d", p.SchemaVersion)
+	}
 	if p.Version < 0 {
 		c.add("version", "must be >= 0, got %d", p.Version)
 	}

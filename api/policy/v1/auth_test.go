@@ -1,4 +1,4 @@
-package policy_test
+package v1_test
 
 import (
 	"encoding/base64"
@@ -10,7 +10,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/tiergate/tiergate/dispatcher/policy"
+	policy "github.com/tiergate/tiergate/api/policy/v1"
 	"github.com/tiergate/tiergate/internal/jwttest"
 )
 

@@ -1,4 +1,4 @@
-package policy
+package v1
 
 import (
 	"bytes"
@@ -21,7 +21,9 @@ var ErrStaleVersion = errors.New("policy: stale version")
 
 // Decode parses a Policy from JSON or YAML (YAML is converted to JSON first,
 // so both obey the same field names). Unknown fields, duplicate keys and
-// trailing documents are refused. Decode does not validate; call Validate.
+// trailing documents are refused, and so, before them, is a schemaVersion
+// newer than SchemaVersion (a *SchemaError, wrapping ErrUnsupportedSchema
+// as well as ErrDecode). Decode does not validate; call Validate.
 func Decode(data []byte) (*Policy, error) {
 	if err := singleDocument(data); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrDecode, err)
@@ -32,6 +34,9 @@ func Decode(data []byte) (*Policy, error) {
 	}
 	if len(bytes.TrimSpace(js)) == 0 || bytes.Equal(bytes.TrimSpace(js), []byte("null")) {
 		return nil, fmt.Errorf("%w: empty document", ErrDecode)
+	}
+	if err := checkSchema(js); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrDecode, err)
 	}
 	dec := json.NewDecoder(bytes.NewReader(js))
 	dec.DisallowUnknownFields()

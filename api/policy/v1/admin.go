@@ -1,4 +1,4 @@
-package policy
+package v1
 
 import (
 	"errors"
@@ -12,11 +12,14 @@ type AdminErrorType string
 const (
 	AdminUnauthenticated AdminErrorType = "unauthenticated" // 401: no or wrong bearer token
 	AdminInvalidPolicy   AdminErrorType = "invalid_policy"  // 400: the previous policy stays
-	AdminStaleVersion    AdminErrorType = "stale_version"   // 409: older than the applied version
-	AdminPoolMismatch    AdminErrorType = "pool_mismatch"   // 409: for another pool than the one held
-	AdminBodyTooLarge    AdminErrorType = "body_too_large"  // 413
-	AdminNoPolicy        AdminErrorType = "no_policy"       // 404: GET before the first policy
-	AdminInternal        AdminErrorType = "internal"        // 500
+	// AdminUnsupportedSchema (400): the policy's schemaVersion is newer
+	// than the dispatcher's (SchemaHeader); the previous policy stays.
+	AdminUnsupportedSchema AdminErrorType = "unsupported_schema"
+	AdminStaleVersion      AdminErrorType = "stale_version"  // 409: older than the applied version
+	AdminPoolMismatch      AdminErrorType = "pool_mismatch"  // 409: for another pool than the one held
+	AdminBodyTooLarge      AdminErrorType = "body_too_large" // 413
+	AdminNoPolicy          AdminErrorType = "no_policy"      // 404: GET before the first policy
+	AdminInternal          AdminErrorType = "internal"       // 500
 )
 
 // AdminErrorBody is the body of every admin API error: what the admin

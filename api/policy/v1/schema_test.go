@@ -1,0 +1,332 @@
+package v1
+
+import (
+	"encoding/json"
+	"errors"
+	"os"
+	"reflect"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// testFields is a registry of made-up revisions over fields that exist,
+// so the paths of At that the real registry (empty until revision 2) does
+// not reach yet are exercised: a field in use dropped, one unused dropped
+// silently, one kept at its own revision, and a nested one copied rather
+// than written through.
+var testFields = registry{
+	{
+		Name: "coldStartSeconds", Since: 2,
+		InUse: func(p *Policy) bool { return p.ColdStartSeconds != 0 },
+		Clear: func(p *Policy) { p.ColdStartSeconds = 0 },
+	},
+	{
+		Name: "tenants[].maxConcurrency", Since: 3,
+		InUse: func(p *Policy) bool {
+			return slices.ContainsFunc(p.Tenants, func(t Tenant) bool { return t.MaxConcurrency != 0 })
+		},
+		Clear: func(p *Policy) {
+			p.Tenants = slices.Clone(p.Tenants)
+			for i := range p.Tenants {
+				p.Tenants[i].MaxConcurrency = 0
+			}
+		},
+	},
+}
+
+func TestAt(t *testing.T) {
+	// policy is a document of revision rev, with or without the two fields
+	// of testFields in use.
+	policy := func(rev int, cold, maxConc bool) Policy {
+		p := Policy{SchemaVersion: rev, Version: 7, Pool: "ns/p",
+			Tenants: []Tenant{{ID: "a", Tier: "x"}, {ID: "b", Tier: "x"}}}
+		if cold {
+			p.ColdStartSeconds = 30
+		}
+		if maxConc {
+			p.Tenants[0].MaxConcurrency = 2
+		}
+		return p
+	}
+	both := []string{"coldStartSeconds", "tenants[].maxConcurrency"}
+	tests := map[string]struct {
+		in          Policy
+		rev         int
+		want        Policy
+		wantDropped []string
+	}{
+		"newest: nothing dropped":                      {in: policy(3, true, true), rev: 3, want: policy(3, true, true)},
+		"newer than the schema: clamped to the newest": {in: policy(3, true, true), rev: 9, want: policy(3, true, true)},
+		"an older document is lifted to the revision":  {in: policy(0, true, true), rev: 3, want: policy(3, true, true)},
+		"revision 2: the newer nested field dropped":   {in: policy(3, true, true), rev: 2, want: policy(2, true, false), wantDropped: both[1:]},
+		"revision 1: both dropped, oldest first":       {in: policy(3, true, true), rev: 1, want: policy(1, false, false), wantDropped: both},
+		"revision 0: schemaVersion omitted too":        {in: policy(3, true, true), rev: 0, want: policy(0, false, false), wantDropped: both},
+		"below 0: revision 0":                          {in: policy(3, true, true), rev: -4, want: policy(0, false, false), wantDropped: both},
+		"an unused newer field is not named":           {in: policy(3, false, true), rev: 1, want: policy(1, false, false), wantDropped: both[1:]},
+		"nothing newer in use: nothing named":          {in: policy(3, false, false), rev: 0, want: policy(0, false, false)},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			before := clonePolicy(t, tc.in)
+			got, dropped := testFields.at(tc.in, tc.rev, 3)
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("policy (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tc.wantDropped, dropped); diff != "" {
+				t.Errorf("dropped fields in use (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(before, tc.in); diff != "" {
+				t.Errorf("At wrote through to its input (-before +after):\n%s", diff)
+			}
+		})
+	}
+}
+
+// clonePolicy is a deep copy, through JSON.
+func clonePolicy(t *testing.T, p Policy) Policy {
+	t.Helper()
+	b, err := json.Marshal(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out Policy
+	if err := json.Unmarshal(b, &out); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestAtRealRegistry: this build's At sets the revision, omits it at 0,
+// and drops nothing (no field of revision >= 2 exists yet).
+func TestAtRealRegistry(t *testing.T) {
+	p := Policy{Version: 3, Pool: "ns/p", ColdStartSeconds: 5}
+	for _, rev := range []int{-1, 0, 1, 2} {
+		got, dropped := p.At(rev)
+		want := p
+		want.SchemaVersion = max(0, min(rev, SchemaVersion))
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("At(%d) (-want +got):\n%s", rev, diff)
+		}
+		if dropped != nil {
+			t.Errorf("At(%d) dropped %v", rev, dropped)
+		}
+	}
+	b, err := json.Marshal(func() Policy { q, _ := p.At(0); return q }())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(b), "schemaVersion") {
+		t.Errorf("At(0) encodes schemaVersion, which a revision-0 dispatcher refuses: %s", b)
+	}
+}
+
+func TestRegistryCheck(t *testing.T) {
+	in := func(*Policy) bool { return false }
+	clear := func(*Policy) {}
+	tests := map[string]struct {
+		r    registry
+		want string
+	}{
+		"this build's":       {r: fields},
+		"the test registry":  {r: testFields},
+		"no InUse":           {r: registry{{Name: "a", Since: 2, Clear: clear}}, want: `policy schema: field 0 ("a") lacks a name, InUse or Clear`},
+		"no name":            {r: registry{{Since: 2, InUse: in, Clear: clear}}, want: `policy schema: field 0 ("") lacks a name, InUse or Clear`},
+		"revision 1":         {r: registry{{Name: "a", Since: 1, InUse: in, Clear: clear}}, want: `policy schema: field "a": since revision 1, want 2..3`},
+		"a revision too new": {r: registry{{Name: "a", Since: 4, InUse: in, Clear: clear}}, want: `policy schema: field "a": since revision 4, want 2..3`},
+		"twice":              {r: registry{{Name: "a", Since: 2, InUse: in, Clear: clear}, {Name: "a", Since: 3, InUse: in, Clear: clear}}, want: `policy schema: field "a" is listed twice`},
+		"newest first":       {r: registry{{Name: "a", Since: 3, InUse: in, Clear: clear}, {Name: "b", Since: 2, InUse: in, Clear: clear}}, want: `policy schema: field "b" (revision 2) is listed after one of revision 3`},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			newest := 3
+			if name == "this build's" {
+				newest = SchemaVersion
+			}
+			got := ""
+			if err := tc.r.check(newest); err != nil {
+				got = err.Error()
+			}
+			if got != tc.want {
+				t.Errorf("check: got %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// jsonPaths lists the JSON field paths of type t, [] marking list
+// elements, with whether each is omitempty: what a dispatcher built from
+// t accepts.
+func jsonPaths(t reflect.Type, prefix string, out map[string]bool) {
+	for t.Kind() == reflect.Pointer || t.Kind() == reflect.Slice {
+		if t.Kind() == reflect.Slice {
+			prefix += "[]"
+		}
+		t = t.Elem()
+	}
+	if t.Kind() != reflect.Struct {
+		return
+	}
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		tag := f.Tag.Get("json")
+		name, opts, _ := strings.Cut(tag, ",")
+		if name == "-" || !f.IsExported() {
+			continue
+		}
+		if name == "" {
+			name = f.Name
+		}
+		path := name
+		if prefix != "" {
+			path = prefix + "." + name
+		}
+		out[path] = strings.Contains(opts, "omitempty")
+		jsonPaths(f.Type, path, out)
+	}
+}
+
+// TestSchemaFieldsAreRegistered holds the skew rule's premise: every
+// Policy field is in revision 0 (testdata/schema-revision-0.txt, the
+// fields of the document before it had a schemaVersion, frozen), is
+// schemaVersion, or is in the registry, optional, so that At can clear
+// it for an older dispatcher. A new field that is not registered fails
+// here, before any dispatcher refuses it.
+func TestSchemaFieldsAreRegistered(t *testing.T) {
+	b, err := os.ReadFile("testdata/schema-revision-0.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rev0 := map[string]bool{}
+	for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		if !strings.HasPrefix(l, "#") {
+			rev0[l] = true
+		}
+	}
+	paths := map[string]bool{}
+	jsonPaths(reflect.TypeOf(Policy{}), "", paths)
+	registered := map[string]bool{}
+	for _, f := range fields {
+		registered[f.Name] = true
+	}
+	var unregistered, notOptional, missing []string
+	for p, omitempty := range paths {
+		switch {
+		case rev0[p]:
+		case p == "schemaVersion" || registered[p]:
+			if !omitempty {
+				notOptional = append(notOptional, p)
+			}
+		case underRegistered(p, registered):
+			// Part of a registered field: cleared with it.
+		default:
+			unregistered = append(unregistered, p)
+		}
+	}
+	for p := range rev0 {
+		if _, ok := paths[p]; !ok {
+			missing = append(missing, p)
+		}
+	}
+	for name, got := range map[string][]string{"newer than revision 0 and not registered": unregistered,
+		"registered but not omitempty": notOptional, "of revision 0 but gone (a revision-0 document no longer decodes)": missing} {
+		sort.Strings(got)
+		if len(got) > 0 {
+			t.Errorf("Policy fields %s: %v", name, got)
+		}
+	}
+	if len(rev0) < 40 || !rev0["tiers[].tolerableWaitSeconds"] {
+		t.Fatalf("testdata/schema-revision-0.txt holds %d fields; is it the right file?", len(rev0))
+	}
+}
+
+// underRegistered says whether a parent of path p is registered.
+func underRegistered(p string, registered map[string]bool) bool {
+	for {
+		i := strings.LastIndex(p, ".")
+		if i < 0 {
+			return false
+		}
+		p = strings.TrimSuffix(p[:i], "[]")
+		if registered[p] {
+			return true
+		}
+	}
+}
+
+// TestDecodeSchemaVersion: revisions up to this build's decode; a newer
+// one is refused with a *SchemaError before its unknown fields are; a
+// negative one is invalid; typos stay refused at every revision.
+func TestDecodeSchemaVersion(t *testing.T) {
+	const body = `"version":1,"pool":"ns/p","slots":0,"serviceRate":1,"ageingRate":1,"authentication":{"mode":"TrustedHeader","headerName":"X-Tenant"},"tiers":[{"name":"a","basePriority":1,"tolerableWaitSeconds":1,"queueBound":1,"tenantConcurrencyLimit":1,"tenantQueueLimit":1}],"backends":[]`
+	newer := strconv.Itoa(SchemaVersion + 1)
+	refusal := "policy: decode: schemaVersion " + newer + " is newer than " + strconv.Itoa(SchemaVersion) + ", the newest this build understands"
+	tests := map[string]struct {
+		doc        string
+		want       int
+		wantErr    string
+		wantSchema bool
+	}{
+		"revision 0 (no field)": {doc: `{` + body + `}`, want: 0},
+		"revision 1":            {doc: `{"schemaVersion":1,` + body + `}`, want: 1},
+		"yaml, revision 1":      {doc: "schemaVersion: 1\n" + yamlOf(t, `{`+body+`}`), want: 1},
+		"the next revision, with a field this build lacks": {doc: `{"schemaVersion":` + newer + `,"fairness":{"mode":"Tokens"},` + body + `}`,
+			wantSchema: true, wantErr: refusal},
+		"yaml, the next revision": {doc: "schemaVersion: " + newer + "\nfairness: {}\n" + yamlOf(t, `{`+body+`}`),
+			wantSchema: true, wantErr: refusal},
+		"a typo at revision 1": {doc: `{"schemaVersion":1,"slot":1,` + body + `}`,
+			wantErr: `policy: decode: json: unknown field "slot"`},
+		"not a number": {doc: `{"schemaVersion":"2",` + body + `}`,
+			wantErr: "policy: decode: json: cannot unmarshal string into Go struct field Policy.schemaVersion of type int"},
+		"negative": {doc: `{"schemaVersion":-1,` + body + `}`,
+			wantErr: "policy: invalid: schemaVersion: must be >= 0, got -1"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			p, err := DecodeAndValidate([]byte(tc.doc))
+			if tc.wantErr == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				if p.SchemaVersion != tc.want {
+					t.Errorf("schemaVersion %d, want %d", p.SchemaVersion, tc.want)
+				}
+				return
+			}
+			if err == nil || err.Error() != tc.wantErr {
+				t.Fatalf("error %v, want %q", err, tc.wantErr)
+			}
+			var se *SchemaError
+			if got := errors.Is(err, ErrUnsupportedSchema) && errors.As(err, &se) && errors.Is(err, ErrDecode); got != tc.wantSchema {
+				t.Errorf("errors.Is(ErrUnsupportedSchema, ErrDecode) and a *SchemaError: %v, want %v", got, tc.wantSchema)
+			}
+			if tc.wantSchema && se.Got != SchemaVersion+1 {
+				t.Errorf("SchemaError.Got = %d, want %d", se.Got, SchemaVersion+1)
+			}
+		})
+	}
+}
+
+// yamlOf turns a flat JSON object into YAML lines (JSON is YAML; one
+// key per line so a YAML key can be put before it).
+func yamlOf(t *testing.T, js string) string {
+	t.Helper()
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(js), &m); err != nil {
+		t.Fatal(err)
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	for _, k := range keys {
+		b.WriteString(k + ": " + string(m[k]) + "\n")
+	}
+	return b.String()
+}

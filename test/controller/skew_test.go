@@ -1,0 +1,207 @@
+package controller
+
+import (
+	"bytes"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	policy "github.com/tiergate/tiergate/api/policy/v1"
+	"github.com/tiergate/tiergate/api/v1alpha1"
+	"github.com/tiergate/tiergate/internal/testutil"
+)
+
+// skewBaseRev is the last commit before the policy had a schema revision:
+// its dispatcher is at revision 0 and refuses every field it does not know,
+// schemaVersion included.
+const skewBaseRev = "29c89b6"
+
+// oldTiergate builds tiergate at rev (git archive + go build, as
+// hack/bench-dispatcher.sh's BENCH_BEFORE_REV does) and returns the
+// binary, cached by commit under the user's cache directory so a rerun
+// does not build it again.
+func oldTiergate(t *testing.T, rev string) string {
+	t.Helper()
+	sha := strings.TrimSpace(mustRun(t, repoRoot, nil, "git", "rev-parse", "--verify", rev+"^{commit}"))
+	cache, err := os.UserCacheDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(cache, "tiergate-test", "tiergate-"+sha)
+	bin := filepath.Join(dir, "tiergate")
+	if _, err := os.Stat(bin); err == nil {
+		return bin
+	}
+	// Build beside the cache entry and rename it in, so a cut-off build
+	// never leaves a half-written binary behind.
+	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	work, err := os.MkdirTemp(filepath.Dir(dir), "build-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(work)
+	src := filepath.Join(work, "src")
+	if err := os.Mkdir(src, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	archive := mustRun(t, repoRoot, nil, "git", "archive", sha)
+	mustRun(t, src, strings.NewReader(archive), "tar", "-x")
+	out := filepath.Join(work, "out")
+	if err := testutil.BuildBinary(src, filepath.Join(out, "tiergate"), ".", testutil.BuildOptions{Env: []string{"GOWORK=off"}}); err != nil {
+		t.Fatalf("building tiergate at %s: %v", rev, err)
+	}
+	if err := os.Rename(out, dir); err != nil && !os.IsExist(err) {
+		t.Fatal(err)
+	}
+	return bin
+}
+
+func mustRun(t *testing.T, dir string, stdin *strings.Reader, argv ...string) string {
+	t.Helper()
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Dir = dir
+	if stdin != nil {
+		cmd.Stdin = stdin
+	}
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("%s: %v\n%s", strings.Join(argv, " "), err, errb.String())
+	}
+	return out.String()
+}
+
+// startDispatcherFrom is startDispatcher with another tiergate binary.
+func (e *env) startDispatcherFrom(bin, name string, host int) *dispatcher {
+	e.t.Helper()
+	d := &dispatcher{pod: name, ip: e.ip(host)}
+	d.Dispatcher = testutil.StartDispatcher(e.t, bin, testutil.DispatcherOptions{
+		Options: procOpts("dispatcher " + name),
+		Data:    net.JoinHostPort(d.ip, fmt.Sprint(e.dataPort)), Admin: net.JoinHostPort(d.ip, fmt.Sprint(e.adminPort)),
+		TokenFile: pushToken, Args: []string{"--drain-timeout", "1s"},
+	})
+	e.createPod(name, map[string]string{"app.kubernetes.io/name": "tiergate-dispatcher"}, d.ip, false)
+	e.kubelet.probe(e.ns, name, d.AdminURL("/readyz"))
+	e.disp = append(e.disp, d)
+	return d
+}
+
+// schemaHeader is what d's admin API says its schema revision is.
+func schemaHeader(t *testing.T, d *dispatcher) string {
+	t.Helper()
+	resp, err := http.Get(d.AdminURL("/healthz"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.Header.Get(policy.SchemaHeader)
+}
+
+// skewHold accepts a policy of version > after whose slots and premium
+// tier are these, at the schema revision its dispatcher declared.
+func skewHold(after int64, slots, premiumBound int, premiumWait float64, revisions map[string]int) func(*dispatcher, *policy.Policy) error {
+	return func(d *dispatcher, p *policy.Policy) error {
+		var premium policy.Tier
+		for _, tr := range p.Tiers {
+			if tr.Name == "premium" {
+				premium = tr
+			}
+		}
+		switch {
+		case p.Version <= after:
+			return fmt.Errorf("version %d, want > %d", p.Version, after)
+		case p.Slots != slots || len(p.Backends) == 0:
+			return fmt.Errorf("slots %d with %d backends, want %d", p.Slots, len(p.Backends), slots)
+		case premium.QueueBound != premiumBound || premium.TolerableWaitSeconds != premiumWait:
+			return fmt.Errorf("premium %+v, want queueBound %d, tolerableWaitSeconds %v", premium, premiumBound, premiumWait)
+		case p.SchemaVersion != revisions[d.pod]:
+			return fmt.Errorf("schemaVersion %d, want %d, the revision the pod declares: "+
+				"the controller does not yet write each pod the policy at its own revision (policy.At)", p.SchemaVersion, revisions[d.pod])
+		}
+		return nil
+	}
+}
+
+// TestSkewOlderDispatcherKeepsReceivingPolicies runs a dispatcher built at
+// skewBaseRev beside a current one under the current controller: through a
+// policy change and a scale both must hold each new version with their
+// slots, each at the schema revision it declares, and the pool's
+// DispatcherSkew condition must name the older pod (and only it).
+func TestSkewOlderDispatcherKeepsReceivingPolicies(t *testing.T) {
+	old := oldTiergate(t, skewBaseRev)
+	e := newEnv(t)
+	oldD := e.startDispatcherFrom(old, "dispatcher-old", 2)
+	newD := e.startDispatcher("dispatcher-new", 3, pushToken, true)
+	if got, want := []string{schemaHeader(t, oldD), schemaHeader(t, newD)}, []string{"", fmt.Sprint(policy.SchemaVersion)}; got[0] != want[0] || got[1] != want[1] {
+		t.Fatalf("%s headers of the old and the new dispatcher: %q, want %q", policy.SchemaHeader, got, want)
+	}
+	revisions := map[string]int{oldD.pod: 0, newD.pod: policy.SchemaVersion}
+	e.modelPods(6)
+	e.applySamples()
+	e.setReadyReplicas(6)
+
+	// hold waits until both hold a policy that check accepts, and
+	// returns the newest version they hold.
+	hold := func(what string, check func(*dispatcher, *policy.Policy) error) int64 {
+		t.Helper()
+		var version int64
+		start := time.Now()
+		err := testutil.Poll(10*time.Second, func() error {
+			version = 0
+			for _, d := range e.disp {
+				p, err := getPolicy(d)
+				if err != nil {
+					return err
+				}
+				if err := check(d, p); err != nil {
+					return fmt.Errorf("%s: %w", d.pod, err)
+				}
+				version = max(version, p.Version)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("%s: after %s: %v\n--- controller log ---\n%s", what, time.Since(start).Round(time.Millisecond), err, ctrlProc.tail(30))
+		}
+		return version
+	}
+	// Two dispatchers at R=6 (P=24, μ=4/s): 12 slots each, premium
+	// L = 5s·4/s = 20, 10 each.
+	v := hold("the samples", skewHold(0, 12, 10, 5, revisions))
+
+	// A policy change: premium may wait 10s, L = 40, 20 each.
+	kubectl.Must(t, "patch", "-n", e.ns, "servicetier", "premium", "--type=merge", "-p", `{"spec":{"tolerableWait":"10s"}}`)
+	v = hold("premium's new tolerableWait", skewHold(v, 12, 20, 10, revisions))
+
+	// A scale to R=3 (P=12, μ=2/s): 6 slots each, premium L = 20, 10 each.
+	e.setReadyReplicas(3)
+	hold("the scale to 3 replicas", skewHold(v, 6, 10, 10, revisions))
+
+	testutil.Eventually(t, 10*time.Second, "DispatcherSkew names the old pod", func() error {
+		conds := e.pool().Status.Conditions
+		if err := conditionIs(conds, v1alpha1.ModelPoolDispatcherSkew, metav1.ConditionTrue, string(v1alpha1.ReasonOlderDispatchers)); err != nil {
+			return fmt.Errorf("%w (the controller does not set DispatcherSkew yet?)", err)
+		}
+		msg := condition(conds, v1alpha1.ModelPoolDispatcherSkew).Message
+		if !strings.Contains(msg, oldD.pod+" (revision 0)") || strings.Contains(msg, newD.pod) {
+			return fmt.Errorf("DispatcherSkew message %q, want it to name %s (revision 0) and not %s", msg, oldD.pod, newD.pod)
+		}
+		return nil
+	})
+	// The old dispatcher refused at most the first push, the one at the
+	// controller's revision before its own was known (its 400 names no
+	// revision, so it is pushed again at revision 0); never a later one.
+	if n := strings.Count(oldD.Output(), "refused an invalid policy"); n > 1 {
+		t.Errorf("the old dispatcher refused %d pushes, want at most the first:\n%s", n, testutil.LastLines(oldD.Output(), 20))
+	}
+}
