@@ -195,6 +195,7 @@ func (r *PoolReconciler) desire(pool *v1alpha1.ModelPool, obs *observed, c compu
 		TokenSecret:       r.TokenSecret,
 		Auth:              newAuthView(pool.Spec.Authentication, obs.jwks),
 	}, stamp)
+	setSkew(&d.status, states, pool.Generation, stamp)
 	if len(obs.tiers) > 0 {
 		d.targets = targets
 	}

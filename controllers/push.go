@@ -78,6 +78,15 @@ type PodState struct {
 	HeldPool string
 	// Attempts counts push attempts to this pod.
 	Attempts int
+	// SchemaKnown is true once the pod answered a push; SchemaVersion is
+	// then the policy schema revision its answer declared
+	// (policy.SchemaHeader; 0 when absent), at which it is pushed from then
+	// on.
+	SchemaKnown   bool
+	SchemaVersion int
+	// Dropped are the fields in use that the policy at SchemaVersion
+	// leaves out: the features the pod cannot enforce.
+	Dropped []string
 }
 
 // PusherOptions configures a Pusher. Config.pusherOptions derives them

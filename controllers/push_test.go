@@ -231,7 +231,7 @@ func TestPushAgainstTheAdminAPI(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			a := p.push(context.Background(), Target{Name: "d-0", Address: d.addr(), Policy: tc.send})
+			a := p.push(context.Background(), Target{Name: "d-0", Address: d.addr(), Policy: tc.send}, policy.SchemaVersion)
 			if a.result != tc.wantResult || !errors.Is(a.err, tc.wantErr) || a.held != tc.wantHeld || a.ack.Version != tc.wantAcked || a.heldPool != tc.wantHeldPool {
 				t.Fatalf("push = {%s, %v, held %d %q, acked %d}, want {%s, %v, held %d %q, acked %d}",
 					a.result, a.err, a.held, a.heldPool, a.ack.Version, tc.wantResult, tc.wantErr, tc.wantHeld, tc.wantHeldPool, tc.wantAcked)
@@ -309,7 +309,7 @@ func TestPushClassifiesOtherAnswers(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			a := p.push(context.Background(), Target{Name: "d-0", Address: addr, Policy: pushPolicy(7)})
+			a := p.push(context.Background(), Target{Name: "d-0", Address: addr, Policy: pushPolicy(7)}, policy.SchemaVersion)
 			if a.result != tc.wantResult || !errors.Is(a.err, tc.wantErr) {
 				t.Fatalf("push = {%s, %v}, want {%s, %v}", a.result, a.err, tc.wantResult, tc.wantErr)
 			}
@@ -341,7 +341,7 @@ func TestPushTimesOut(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := p.push(context.Background(), Target{Name: "d-0", Address: d.addr(), Policy: pushPolicy(7)})
+	a := p.push(context.Background(), Target{Name: "d-0", Address: d.addr(), Policy: pushPolicy(7)}, policy.SchemaVersion)
 	want := fmt.Sprintf(`dispatcher unreachable: %s: Put "http://%s/v1/policy": context deadline exceeded`, d.addr(), d.addr())
 	if a.result != PushUnreachable || !errors.Is(a.err, ErrPushUnreachable) || a.err.Error() != want {
 		t.Fatalf("push = {%s, %v}, want {%s, %q}", a.result, a.err, PushUnreachable, want)

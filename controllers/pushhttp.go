@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -20,46 +21,73 @@ type attempt struct {
 	ack      policy.Ack
 	held     int64
 	heldPool string
+	// known is true when the pod answered; schema is then the revision it
+	// declared, and sent the revision the policy was written at.
+	known        bool
+	schema, sent int
 }
 
 // maxAnswer bounds how much of a dispatcher's answer is read.
 const maxAnswer = 64 << 10
 
-// push sends one PUT /v1/policy and classifies the answer.
-func (p *Pusher) push(ctx context.Context, t Target) attempt {
+// push pushes t to a pod that reads policy schema revision rev, and
+// classifies the answer.
+func (p *Pusher) push(ctx context.Context, t Target, rev int) attempt {
 	start := time.Now()
-	a := p.pushOnce(ctx, t)
+	a := p.pushOnce(ctx, t, rev)
 	pushTotal.WithLabelValues(string(a.result)).Inc()
 	pushLatency.Observe(time.Since(start).Seconds())
 	return a
 }
 
-func (p *Pusher) pushOnce(ctx context.Context, t Target) attempt {
+// pushOnce performs the push. A 400 from a pod that declares an older
+// revision than the policy was written at (or no revision: an old
+// dispatcher refusing fields it does not know) is pushed again at once at
+// that revision, within the same timeout.
+func (p *Pusher) pushOnce(ctx context.Context, t Target, rev int) attempt {
 	tokens, err := p.opts.Tokens.PushTokens()
 	if err != nil {
 		return attempt{result: PushFailed, err: fmt.Errorf("%w: %v", ErrPushFailed, err)}
 	}
-	body, err := json.Marshal(t.Policy)
+	ctx, cancel := context.WithTimeout(ctx, p.opts.Timeout)
+	defer cancel()
+	a := p.putAt(ctx, t, tokens, rev)
+	if a.result == PushRejected && a.known && a.schema < a.sent {
+		a = p.putAt(ctx, t, tokens, a.schema)
+	}
+	return a
+}
+
+// putAt sends t's policy written at revision rev: one PUT, its answer
+// classified.
+func (p *Pusher) putAt(ctx context.Context, t Target, tokens []string, rev int) attempt {
+	pol, _ := t.Policy.At(rev)
+	body, err := json.Marshal(pol)
 	if err != nil {
 		return attempt{result: PushFailed, err: fmt.Errorf("%w: encoding policy: %v", ErrPushFailed, err)}
 	}
-	ctx, cancel := context.WithTimeout(ctx, p.opts.Timeout)
-	defer cancel()
-	code, answer, err := p.putWithTokens(ctx, t.Address, tokens, body)
+	r, err := p.putWithTokens(ctx, t.Address, tokens, body)
 	if err != nil {
 		return attempt{result: PushUnreachable, err: fmt.Errorf("%w: %s: %v", ErrPushUnreachable, t.Address, err)}
 	}
-	if code == http.StatusOK {
-		var ack policy.Ack
-		if err := json.Unmarshal(answer, &ack); err != nil {
-			return attempt{result: PushFailed, err: fmt.Errorf("%w: %s answered 200 with an unreadable ack: %v", ErrPushFailed, t.Address, err)}
-		}
-		if ack.Version != t.Policy.Version {
-			return attempt{result: PushFailed, err: fmt.Errorf("%w: %s acknowledged version %d, sent %d", ErrPushFailed, t.Address, ack.Version, t.Policy.Version)}
-		}
-		return attempt{result: PushOK, ack: ack}
+	a := classify(t, r)
+	a.known, a.schema, a.sent = true, r.schema, pol.SchemaVersion
+	return a
+}
+
+// classify turns an answer into an attempt.
+func classify(t Target, r reply) attempt {
+	if r.code != http.StatusOK {
+		return refused(t, r.code, r.body)
 	}
-	return refused(t, code, answer)
+	var ack policy.Ack
+	if err := json.Unmarshal(r.body, &ack); err != nil {
+		return attempt{result: PushFailed, err: fmt.Errorf("%w: %s answered 200 with an unreadable ack: %v", ErrPushFailed, t.Address, err)}
+	}
+	if ack.Version != t.Policy.Version {
+		return attempt{result: PushFailed, err: fmt.Errorf("%w: %s acknowledged version %d, sent %d", ErrPushFailed, t.Address, ack.Version, t.Policy.Version)}
+	}
+	return attempt{result: PushOK, ack: ack}
 }
 
 // refused classifies an error answer, which the admin API sends as a
@@ -110,12 +138,21 @@ func describe(e policy.AdminErrorDetail) string {
 	return b.String()
 }
 
-// put sends one PUT /v1/policy and returns the status code and up to
-// maxAnswer bytes of the answer; the body is closed.
-func (p *Pusher) put(ctx context.Context, address, token string, body []byte) (int, []byte, error) {
+// reply is a dispatcher's answer to one PUT.
+type reply struct {
+	code int
+	body []byte // up to maxAnswer bytes
+	// schema is the policy schema revision the answer's SchemaHeader
+	// declares; 0 when it has none (a dispatcher older than the header) or
+	// one that is not a number.
+	schema int
+}
+
+// put sends one PUT /v1/policy and returns the answer; its body is closed.
+func (p *Pusher) put(ctx context.Context, address, token string, body []byte) (reply, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPut, "http://"+address+"/v1/policy", bytes.NewReader(body))
 	if err != nil {
-		return 0, nil, err
+		return reply{}, err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json")
@@ -124,14 +161,18 @@ func (p *Pusher) put(ctx context.Context, address, token string, body []byte) (i
 	}
 	resp, err := p.client.Do(req)
 	if err != nil {
-		return 0, nil, err
+		return reply{}, err
 	}
 	defer resp.Body.Close()
 	answer, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer))
 	if err != nil {
-		return 0, nil, err
+		return reply{}, err
 	}
-	return resp.StatusCode, answer, nil
+	schema, err := strconv.Atoi(resp.Header.Get(policy.SchemaHeader))
+	if err != nil || schema < 0 {
+		schema = 0
+	}
+	return reply{code: resp.StatusCode, body: answer, schema: schema}, nil
 }
 
 // summarize shortens a dispatcher's answer for a condition message.

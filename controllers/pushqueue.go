@@ -4,6 +4,8 @@ import (
 	"context"
 
 	"k8s.io/client-go/util/workqueue"
+
+	policy "github.com/tiergate/tiergate/api/policy/v1"
 )
 
 // pushEvent is what a worker reports to Pusher.trace about a key.
@@ -31,11 +33,11 @@ func (p *Pusher) processNext(ctx context.Context, q workqueue.TypedRateLimitingI
 		return false
 	}
 	defer q.Done(k)
-	pp, tgt, pushCtx, ok := p.take(ctx, q, k)
+	pp, tgt, rev, pushCtx, ok := p.take(ctx, q, k)
 	if !ok {
 		return true
 	}
-	a := p.push(pushCtx, tgt)
+	a := p.push(pushCtx, tgt, rev)
 	if ctx.Err() != nil {
 		return false // shutting down: the answer to a cancelled push is not the pod's
 	}
@@ -55,30 +57,36 @@ func (p *Pusher) processNext(ctx context.Context, q workqueue.TypedRateLimitingI
 	return true
 }
 
-// take is the key's target to push now, with a context that dropping the
-// pod cancels; ok is false when there is nothing to push yet.
-func (p *Pusher) take(ctx context.Context, q workqueue.TypedRateLimitingInterface[pushKey], k pushKey) (*podPush, Target, context.Context, bool) {
+// take is the key's target to push now and the schema revision to write
+// it at (the pod's, once it answered; this build's before), with a context
+// that dropping the pod cancels; ok is false when there is nothing to push
+// yet.
+func (p *Pusher) take(ctx context.Context, q workqueue.TypedRateLimitingInterface[pushKey], k pushKey) (pp *podPush, t Target, rev int, _ context.Context, ok bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	pp, ok := p.pods[k]
+	pp, ok = p.pods[k]
 	if !ok {
 		p.note(k, pushSkipped)
-		return nil, Target{}, nil, false
+		return nil, Target{}, 0, nil, false
 	}
 	need, wait := p.planLocked(pp)
 	switch {
 	case !need:
 		p.note(k, pushSkipped)
-		return nil, Target{}, nil, false
+		return nil, Target{}, 0, nil, false
 	case wait > 0:
 		// An earlier backoff's entry came due before this one's.
 		q.AddAfter(k, wait)
 		p.note(k, pushDeferred)
-		return nil, Target{}, nil, false
+		return nil, Target{}, 0, nil, false
 	}
 	pp.force = false
+	rev = policy.SchemaVersion
+	if pp.state.SchemaKnown {
+		rev = pp.state.SchemaVersion
+	}
 	ctx, pp.cancel = context.WithCancel(ctx)
-	return pp, pp.target, ctx, true
+	return pp, pp.target, rev, ctx, true
 }
 
 // record folds an attempt into the pod's state; false when the pod was
@@ -97,6 +105,10 @@ func (p *Pusher) record(q workqueue.TypedRateLimitingInterface[pushKey], k pushK
 	st.Attempts++
 	st.Result = a.result
 	st.Err = a.err
+	if a.known {
+		st.SchemaKnown, st.SchemaVersion = true, a.schema
+		_, st.Dropped = tgt.Policy.At(a.schema)
+	}
 	if a.result == PushOK {
 		st.AckedVersion = a.ack.Version
 		st.Stats = a.ack.Stats

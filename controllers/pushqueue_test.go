@@ -506,12 +506,13 @@ func TestPusherPushesConcurrently(t *testing.T) {
 }
 
 // With one worker the same two pods are pushed one after the other: the
-// first waits for the second until its timeout, then the second gets in.
+// first waits for the second until its timeout (long enough for the
+// second to answer in time on a loaded machine), then the second gets in.
 func TestPusherWorkersBoundThePushesInFlight(t *testing.T) {
 	gate := gateBoth()
 	a := newDispatcherServer(t, serverOptions{token: "tok", wrap: gate})
 	b := newDispatcherServer(t, serverOptions{token: "tok", wrap: gate})
-	h := startPusherWith(t, withWorkers(testPusherOptions(writeToken(t, "tok"), 300*time.Millisecond), 1))
+	h := startPusherWith(t, withWorkers(testPusherOptions(writeToken(t, "tok"), 2*time.Second), 1))
 	h.p.Sync(testPool, []Target{target("ua", a, 1), target("ub", b, 1)}, false)
 	h.next(t)
 	h.next(t)

@@ -112,19 +112,18 @@ func setupPushTokens(mgr ctrl.Manager, opts Config) (*pushTokens, error) {
 
 // putWithTokens sends the push with each token in turn while the
 // dispatcher answers 401, and returns the last answer.
-func (p *Pusher) putWithTokens(ctx context.Context, address string, tokens []string, body []byte) (int, []byte, error) {
+func (p *Pusher) putWithTokens(ctx context.Context, address string, tokens []string, body []byte) (reply, error) {
 	if len(tokens) == 0 {
 		tokens = []string{""}
 	}
-	var code int
-	var answer []byte
+	var r reply
 	var err error
 	for _, tok := range tokens {
-		if code, answer, err = p.put(ctx, address, tok, body); err != nil || code != http.StatusUnauthorized {
+		if r, err = p.put(ctx, address, tok, body); err != nil || r.code != http.StatusUnauthorized {
 			break
 		}
 	}
-	return code, answer, err
+	return r, err
 }
 
 // tokenLength and tokenAlphabet make a generated push token: 48 of 62

@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
+	policy "github.com/tiergate/tiergate/api/policy/v1"
 	"github.com/tiergate/tiergate/internal/testutil"
 	"github.com/tiergate/tiergate/internal/tokenfile"
 )
@@ -55,7 +56,7 @@ func TestPushFollowsARotatedTokenFile(t *testing.T) {
 			s.act()
 		}
 		before, _ := d.seen()
-		a := p.push(context.Background(), Target{Name: "d-0", Address: d.addr(), Policy: pushPolicy(int64(i + 1))})
+		a := p.push(context.Background(), Target{Name: "d-0", Address: d.addr(), Policy: pushPolicy(int64(i + 1))}, policy.SchemaVersion)
 		if a.result != s.want {
 			t.Errorf("%s: push = %s (%v), want %s", s.name, a.result, a.err, s.want)
 		}

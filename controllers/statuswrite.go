@@ -100,6 +100,10 @@ func (r *PoolReconciler) poolEvents(pool *v1alpha1.ModelPool, old, cur v1alpha1.
 		r.Recorder.Eventf(pool, nil, corev1.EventTypeWarning, v1alpha1.ModelPoolFewerSlotsThanDispatchers, "SplitSlots", "%s", c.Message)
 	}
 	warnTrue(v1alpha1.ModelPoolDegraded, v1alpha1.ModelPoolAutoscalerUnavailable)
+	// Features in use that older dispatchers cannot enforce.
+	if c, ok := changed(v1alpha1.ModelPoolDispatcherSkew); ok && c.Reason == string(v1alpha1.ReasonFeaturesNotEnforced) {
+		r.Recorder.Eventf(pool, nil, corev1.EventTypeWarning, c.Reason, "PushPolicy", "%s", c.Message)
+	}
 	// Changes of a status written before; the first write is no change.
 	if old.PoolConcurrency != cur.PoolConcurrency && old.ObservedGeneration != 0 {
 		r.Recorder.Eventf(pool, nil, corev1.EventTypeNormal, "ScaledPool", "ComputeBounds",

@@ -44,6 +44,7 @@ func TestDefaultObjects(t *testing.T) {
 				"--metrics-bind-address=:8080",
 				"--health-probe-bind-address=:8081",
 				"--push-token-file=/var/run/tiergate/push-token/token",
+				"--push-workers=16",
 				"--push-token-secret=" + namespace + "/tiergate-push-token",
 				"--push-token-secret-key=token",
 			}},
