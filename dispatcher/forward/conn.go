@@ -82,7 +82,7 @@ func (f *Forwarder) takeIdle(key poolKey) *conn {
 		c := cs[len(cs)-1]
 		cs[len(cs)-1] = nil
 		cs = cs[:len(cs)-1]
-		if time.Since(c.idleAt) < f.opt.IdleTimeout {
+		if time.Since(c.idleAt) < f.opt.IdleConnTimeout {
 			f.idle[key] = cs
 			c.reused = true
 			return c
@@ -168,14 +168,14 @@ func (f *Forwarder) put(c *conn, resp *http.Response) {
 	c.idleAt = now
 	f.mu.Lock()
 	cs := f.idle[c.key]
-	if len(cs) >= f.opt.MaxIdlePerHost {
+	if len(cs) >= f.opt.MaxIdleConnsPerHost {
 		f.mu.Unlock()
 		_ = c.Close()
 		return
 	}
 	f.idle[c.key] = append(cs, c)
 	var stale []*conn
-	if now.Sub(f.lastSweep) > f.opt.IdleTimeout/2 {
+	if now.Sub(f.lastSweep) > f.opt.IdleConnTimeout/2 {
 		f.lastSweep = now
 		stale = f.sweepLocked(now)
 	}
@@ -192,7 +192,7 @@ func (f *Forwarder) sweepLocked(now time.Time) []*conn {
 	for k, cs := range f.idle {
 		kept := cs[:0]
 		for _, c := range cs {
-			if now.Sub(c.idleAt) >= f.opt.IdleTimeout {
+			if now.Sub(c.idleAt) >= f.opt.IdleConnTimeout {
 				stale = append(stale, c)
 			} else {
 				kept = append(kept, c)

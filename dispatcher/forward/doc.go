@@ -25,8 +25,8 @@
 //     the backend sees the generation cancelled.
 //
 // Connections: idle keep-alive connections are pooled per backend
-// (scheme and host:port), at most MaxIdlePerHost each, closed after
-// IdleTimeout. A pooled connection is checked before reuse (one
+// (scheme and host:port), at most MaxIdleConnsPerHost each, closed after
+// IdleConnTimeout. A pooled connection is checked before reuse (one
 // non-blocking read: a backend that closed it shows EOF), so a request is
 // not sent down a connection that is already gone; a request whose write
 // to a reused connection fails is sent once more on a new one, since a

@@ -30,27 +30,49 @@ var (
 	ErrClientGone = errors.New("forward: client gone")
 )
 
-// Options tune a Forwarder; zero values take the defaults below.
+// Options tune a Forwarder. dispatcher.Config fills them, from
+// DefaultOptions; the forwarder ignores the response-head bounds for now.
 type Options struct {
 	// DialTimeout bounds making a connection (and its TLS handshake).
 	DialTimeout time.Duration
-	// MaxIdlePerHost bounds the idle connections kept per backend.
-	MaxIdlePerHost int
-	// IdleTimeout closes a connection idle for longer.
-	IdleTimeout time.Duration
+	// MaxIdleConnsPerHost bounds the idle keep-alive connections kept per
+	// backend; at least the slots, so a busy pool reconnects rarely.
+	MaxIdleConnsPerHost int
+	// IdleConnTimeout closes a connection idle for longer.
+	IdleConnTimeout time.Duration
+	// ResponseHeaderTimeout bounds the wait for a backend's response head
+	// after the request was sent (ErrTimeout). It must fit long prefills.
+	ResponseHeaderTimeout time.Duration
+	// MaxResponseHeaderBytes bounds a backend's response head; a larger
+	// one is a backend failure (502).
+	MaxResponseHeaderBytes int64
 	// TLS is the client configuration for https backends; nil verifies
 	// against the system roots. ServerName defaults to the backend's host.
 	TLS *tls.Config
-	// Dial makes connections; nil is a net.Dialer with TCP keep-alives.
+	// Dial makes connections (tests); nil is a net.Dialer with TCP
+	// keep-alives.
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
 // Defaults of Options.
 const (
-	DefaultDialTimeout    = 5 * time.Second
-	DefaultMaxIdlePerHost = 1024
-	DefaultIdleTimeout    = 90 * time.Second
+	DefaultDialTimeout            = 5 * time.Second
+	DefaultMaxIdleConnsPerHost    = 1024
+	DefaultIdleConnTimeout        = 90 * time.Second
+	DefaultResponseHeaderTimeout  = 5 * time.Minute // fits long prefills
+	DefaultMaxResponseHeaderBytes = 1 << 20
 )
+
+// DefaultOptions are the defaults above, for dispatcher.Config to apply.
+func DefaultOptions() Options {
+	return Options{
+		DialTimeout:            DefaultDialTimeout,
+		MaxIdleConnsPerHost:    DefaultMaxIdleConnsPerHost,
+		IdleConnTimeout:        DefaultIdleConnTimeout,
+		ResponseHeaderTimeout:  DefaultResponseHeaderTimeout,
+		MaxResponseHeaderBytes: DefaultMaxResponseHeaderBytes,
+	}
+}
 
 // Forwarder forwards requests to backends. Its zero value is not usable;
 // build one with New.
@@ -69,11 +91,11 @@ func New(opt Options) *Forwarder {
 	if opt.DialTimeout <= 0 {
 		opt.DialTimeout = DefaultDialTimeout
 	}
-	if opt.MaxIdlePerHost <= 0 {
-		opt.MaxIdlePerHost = DefaultMaxIdlePerHost
+	if opt.MaxIdleConnsPerHost <= 0 {
+		opt.MaxIdleConnsPerHost = DefaultMaxIdleConnsPerHost
 	}
-	if opt.IdleTimeout <= 0 {
-		opt.IdleTimeout = DefaultIdleTimeout
+	if opt.IdleConnTimeout <= 0 {
+		opt.IdleConnTimeout = DefaultIdleConnTimeout
 	}
 	if opt.Dial == nil {
 		opt.Dial = (&net.Dialer{KeepAlive: 30 * time.Second}).DialContext

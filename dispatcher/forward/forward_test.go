@@ -229,7 +229,7 @@ func TestClosedIdleConnectionIsNotUsed(t *testing.T) {
 func TestIdleLimits(t *testing.T) {
 	t.Run("timeout", func(t *testing.T) {
 		be, conns := counting(t, func(w http.ResponseWriter, r *http.Request) {})
-		fr := newFront(t, New(Options{IdleTimeout: 1}), be.URL, frontOptions{})
+		fr := newFront(t, New(Options{IdleConnTimeout: 1}), be.URL, frontOptions{})
 		for range 2 {
 			get(t, fr.Client(), newRequest(t, http.MethodGet, fr.URL, ""))
 			fr.result(t)
@@ -243,7 +243,7 @@ func TestIdleLimits(t *testing.T) {
 		var arrived sync.WaitGroup
 		arrived.Add(3)
 		be, _ := counting(t, func(w http.ResponseWriter, r *http.Request) { arrived.Done(); <-release })
-		f := New(Options{MaxIdlePerHost: 1})
+		f := New(Options{MaxIdleConnsPerHost: 1})
 		fr := newFront(t, f, be.URL, frontOptions{})
 		var done sync.WaitGroup
 		for range 3 {
@@ -253,7 +253,7 @@ func TestIdleLimits(t *testing.T) {
 		close(release)
 		done.Wait()
 		if got := f.Idle("http", strings.TrimPrefix(be.URL, "http://")); got != 1 {
-			t.Errorf("Idle = %d after 3 concurrent requests, want MaxIdlePerHost 1", got)
+			t.Errorf("Idle = %d after 3 concurrent requests, want MaxIdleConnsPerHost 1", got)
 		}
 	})
 }

@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/http"
 	"strconv"
 	"sync/atomic"
@@ -25,42 +24,24 @@ import (
 // went away before it was answered (nginx's convention).
 const statusClientClosed = 499
 
-// Config tunes the data path.
+// Config tunes the data path. It is complete: dispatcher.Config derives
+// it, with its defaults applied and its limits checked, and New takes it
+// as it is.
 type Config struct {
 	// MaxBodyBytes bounds a request body; larger gets 413.
 	MaxBodyBytes int64
 	// BodyTimeout bounds the time to receive a body; slower gets 408.
 	BodyTimeout time.Duration
 	// MaxQueuedBytes is the budget of the bodies being read and queued;
-	// a request whose body would exceed it gets 503 overloaded. It must be
-	// at least MaxBodyBytes.
+	// a request whose body would exceed it gets 503 overloaded.
 	MaxQueuedBytes int64
-	// Forwarder reaches the backends; nil builds one with the defaults
-	// of dispatcher/forward.
+	// Forwarder reaches the backends.
 	Forwarder *forward.Forwarder
 	Log       logr.Logger
 }
 
-// Defaults of Config.
-const (
-	DefaultMaxBodyBytes   = 4 << 20
-	DefaultBodyTimeout    = 30 * time.Second
-	DefaultMaxQueuedBytes = budget.DefaultNoLimit
-)
-
-func (c *Config) validate() error {
-	if c.MaxBodyBytes <= 0 {
-		return fmt.Errorf("server: MaxBodyBytes must be > 0, got %d", c.MaxBodyBytes)
-	}
-	if c.BodyTimeout <= 0 {
-		return fmt.Errorf("server: BodyTimeout must be > 0, got %s", c.BodyTimeout)
-	}
-	if c.MaxQueuedBytes < c.MaxBodyBytes {
-		return fmt.Errorf("server: MaxQueuedBytes (%s) must be at least MaxBodyBytes (%s), or a body of the largest size would never fit",
-			budget.FormatBytes(c.MaxQueuedBytes), budget.FormatBytes(c.MaxBodyBytes))
-	}
-	return nil
-}
+// errNoForwarder: a Config without a Forwarder, a caller's mistake.
+var errNoForwarder = errors.New("server: Config.Forwarder is nil")
 
 // state is what the data path needs from one policy.
 type state struct {
@@ -90,25 +71,12 @@ type Server struct {
 
 // New builds the data path. It serves 503 until SetPolicy.
 func New(cfg Config, q *queue.Queue, bal *balancer.Balancer, m *metrics.Metrics) (*Server, error) {
-	if cfg.MaxBodyBytes == 0 {
-		cfg.MaxBodyBytes = DefaultMaxBodyBytes
-	}
-	if cfg.BodyTimeout == 0 {
-		cfg.BodyTimeout = DefaultBodyTimeout
-	}
-	if cfg.MaxQueuedBytes == 0 {
-		cfg.MaxQueuedBytes = DefaultMaxQueuedBytes
-	}
-	if err := cfg.validate(); err != nil {
-		return nil, err
+	if cfg.Forwarder == nil {
+		return nil, errNoForwarder
 	}
 	bodies, err := budget.New(cfg.MaxQueuedBytes)
 	if err != nil {
 		return nil, err
-	}
-	if cfg.Forwarder == nil {
-		// No response timeout: a generation may take minutes.
-		cfg.Forwarder = forward.New(forward.Options{})
 	}
 	s := &Server{cfg: cfg, q: q, bal: bal, m: m, bodies: bodies, fwd: cfg.Forwarder, idle: make(chan struct{}, 1)}
 	return s, nil
