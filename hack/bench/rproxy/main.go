@@ -25,8 +25,8 @@ func main() {
 	p := httputil.NewSingleHostReverseProxy(&url.URL{Scheme: "http", Host: *backend})
 	p.Transport = &http.Transport{
 		DialContext:         (&net.Dialer{Timeout: forward.DefaultDialTimeout, KeepAlive: 30 * time.Second}).DialContext,
-		MaxIdleConnsPerHost: forward.DefaultMaxIdlePerHost,
-		IdleConnTimeout:     forward.DefaultIdleTimeout,
+		MaxIdleConnsPerHost: forward.DefaultMaxIdleConnsPerHost,
+		IdleConnTimeout:     forward.DefaultIdleConnTimeout,
 		DisableCompression:  true,
 	}
 	srv := &http.Server{Addr: *listen, Handler: p, ReadHeaderTimeout: 10 * time.Second}
