@@ -54,6 +54,11 @@ func TestDefaultObjects(t *testing.T) {
 				"--admin-token-file=/var/run/tiergate/push-token/token",
 				"--drain-timeout=30s",
 				"--state=local",
+				"--backend-dial-timeout=5s",
+				"--backend-idle-timeout=90s",
+				"--backend-max-idle-conns-per-host=1024",
+				"--backend-response-header-timeout=300s",
+				"--backend-max-response-header-bytes=1048576",
 				"--memory-limit=$(TIERGATE_MEMORY_LIMIT)",
 			}},
 		}
@@ -369,6 +374,7 @@ func TestRedisFlags(t *testing.T) {
 				"dispatcher", "--listen=:8080", "--admin-listen=:9090",
 				"--admin-token-file=/var/run/tiergate/push-token/token", "--drain-timeout=30s",
 			}, tc.wantArgs...)
+			want = append(want, defaultBackendArgs...)
 			want = append(want, "--memory-limit=$(TIERGATE_MEMORY_LIMIT)") // the default 512Mi limit
 			if diff := cmp.Diff(want, args); diff != "" {
 				t.Errorf("args (-want +got):\n%s", diff)
@@ -409,6 +415,82 @@ func TestRedisFlags(t *testing.T) {
 				if strings.Contains(a, "redis-auth") || strings.Contains(a, "=redis-ca") {
 					t.Errorf("an argument names a Secret: %q", a)
 				}
+			}
+		})
+	}
+}
+
+// defaultBackendArgs are the backend transport flags of the default values.
+var defaultBackendArgs = []string{
+	"--backend-dial-timeout=5s", "--backend-idle-timeout=90s", "--backend-max-idle-conns-per-host=1024",
+	"--backend-response-header-timeout=300s", "--backend-max-response-header-bytes=1048576",
+}
+
+// The backend transport values become flags, and a CA from a Secret or a
+// ConfigMap is mounted read-only where --backend-ca-file points.
+func TestBackendFlags(t *testing.T) {
+	caMount := map[string]any{"name": "backend-ca", "mountPath": "/var/run/tiergate/backend-ca", "readOnly": true}
+	items := []any{map[string]any{"key": "ca.pem", "path": "ca.crt"}}
+	tests := map[string]struct {
+		set, setJSON []string
+		// wantArgs follow --state; wantVolumes and wantMounts follow the
+		// push token's.
+		wantArgs                []string
+		wantVolumes, wantMounts []any
+	}{
+		"defaults": {wantArgs: defaultBackendArgs},
+		"every transport setting": {
+			set:     []string{"dispatcher.backend.idleTimeoutSeconds=30", "dispatcher.backend.maxIdleConnsPerHost=64", "dispatcher.backend.responseHeaderTimeoutSeconds=900", "dispatcher.backend.maxResponseHeaderBytes=2097152"},
+			setJSON: []string{"dispatcher.backend.dialTimeoutSeconds=0.5"},
+			wantArgs: []string{"--backend-dial-timeout=0.5s", "--backend-idle-timeout=30s", "--backend-max-idle-conns-per-host=64",
+				"--backend-response-header-timeout=900s", "--backend-max-response-header-bytes=2097152"},
+		},
+		"server name": {
+			set:      []string{"dispatcher.backend.tls.serverName=vllm.llm.svc"},
+			wantArgs: append(append([]string{}, defaultBackendArgs...), "--backend-server-name=vllm.llm.svc"),
+		},
+		"CA from a Secret": {
+			set:         []string{"dispatcher.backend.tls.caSecret.name=llm-ca", "dispatcher.backend.tls.caSecret.key=ca.pem"},
+			wantArgs:    append(append([]string{}, defaultBackendArgs...), "--backend-ca-file=/var/run/tiergate/backend-ca/ca.crt"),
+			wantVolumes: []any{map[string]any{"name": "backend-ca", "secret": map[string]any{"secretName": "llm-ca", "defaultMode": 0o444, "items": items}}},
+			wantMounts:  []any{caMount},
+		},
+		"CA from a ConfigMap": {
+			set:         []string{"dispatcher.backend.tls.caConfigMap.name=llm-ca", "dispatcher.backend.tls.caConfigMap.key=ca.pem"},
+			wantArgs:    append(append([]string{}, defaultBackendArgs...), "--backend-ca-file=/var/run/tiergate/backend-ca/ca.crt"),
+			wantVolumes: []any{map[string]any{"name": "backend-ca", "configMap": map[string]any{"name": "llm-ca", "defaultMode": 0o444, "items": items}}},
+			wantMounts:  []any{caMount},
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			var flags []string
+			if len(tc.set) > 0 {
+				flags = append(flags, "--set", strings.Join(tc.set, ","))
+			}
+			for _, j := range tc.setJSON {
+				flags = append(flags, "--set-json", j)
+			}
+			d := find(t, render(t, flags...), "Deployment", "tiergate-dispatcher")
+			c := container(t, d)
+			var args []string
+			for _, a := range c["args"].([]any) {
+				args = append(args, a.(string))
+			}
+			want := append([]string{
+				"dispatcher", "--listen=:8080", "--admin-listen=:9090",
+				"--admin-token-file=/var/run/tiergate/push-token/token", "--drain-timeout=30s", "--state=local",
+			}, tc.wantArgs...)
+			want = append(want, "--memory-limit=$(TIERGATE_MEMORY_LIMIT)")
+			if diff := cmp.Diff(want, args); diff != "" {
+				t.Errorf("args (-want +got):\n%s", diff)
+			}
+			vols := field[[]any](t, d, "spec", "template", "spec", "volumes")
+			if diff := cmp.Diff(toYAMLValue(t, append([]any{}, tc.wantVolumes...)), vols[1:]); diff != "" {
+				t.Errorf("volumes after the token's (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(toYAMLValue(t, append([]any{tokenMount}, tc.wantMounts...)), c["volumeMounts"]); diff != "" {
+				t.Errorf("volumeMounts (-want +got):\n%s", diff)
 			}
 		})
 	}
@@ -593,6 +675,26 @@ func TestBadValues(t *testing.T) {
 		"redis CA key empty": {
 			set:  "redis.tls.caSecret.key=",
 			want: schema + "- at '/redis/tls/caSecret/key': minLength: got 0, want 1",
+		},
+		"backend CA from a Secret and a ConfigMap": {
+			set:  "dispatcher.backend.tls.caSecret.name=a,dispatcher.backend.tls.caConfigMap.name=b",
+			want: failAt + "dispatcher.backend.tls: set caSecret or caConfigMap, not both: the dispatcher takes one CA file",
+		},
+		"backend dial timeout 0": {
+			set:  "dispatcher.backend.dialTimeoutSeconds=0",
+			want: schema + "- at '/dispatcher/backend/dialTimeoutSeconds': exclusiveMinimum: got 0, want 0",
+		},
+		"backend idle connections 0": {
+			set:  "dispatcher.backend.maxIdleConnsPerHost=0",
+			want: schema + "- at '/dispatcher/backend/maxIdleConnsPerHost': minimum: got 0, want 1",
+		},
+		"backend timeout as a duration string": {
+			set:  "dispatcher.backend.responseHeaderTimeoutSeconds=5m",
+			want: schema + "- at '/dispatcher/backend/responseHeaderTimeoutSeconds': got string, want number",
+		},
+		"backend CA key empty": {
+			set:  "dispatcher.backend.tls.caConfigMap.key=",
+			want: schema + "- at '/dispatcher/backend/tls/caConfigMap/key': minLength: got 0, want 1",
 		},
 		"no controller and no controller peer": {
 			set:  "controller.enabled=false,pushToken.existingSecret=x",
