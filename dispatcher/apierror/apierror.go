@@ -30,6 +30,7 @@ var statuses = map[string]int{
 	queue.CauseBackendError:     http.StatusBadGateway,
 	queue.CauseMethodNotAllowed: http.StatusMethodNotAllowed,
 	queue.CauseOverloaded:       http.StatusServiceUnavailable,
+	queue.CauseBackendTimeout:   http.StatusGatewayTimeout,
 }
 
 // statusOf is the HTTP status of a cause; 500 for one that statuses lacks,
@@ -253,6 +254,12 @@ func MethodNotAllowed(method string) *Error {
 // BackendError is the 502 for a backend that failed before answering.
 func BackendError(tier string) *Error {
 	return newError(queue.CauseBackendError, tier, "the model backend failed before answering")
+}
+
+// BackendTimeout is the 504 for a backend that sent no response head
+// within the dispatcher's --backend-response-header-timeout.
+func BackendTimeout(tier string) *Error {
+	return newError(queue.CauseBackendTimeout, tier, "the model backend did not start its answer in time")
 }
 
 // overloadedRetry is the Retry-After of an overloaded refusal: queued

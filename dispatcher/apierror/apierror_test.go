@@ -96,7 +96,7 @@ func TestEveryCauseHasAStatus(t *testing.T) {
 		"capacity": 429, "tenant_limit": 429, "unauthenticated": 401, "unknown_tenant": 403,
 		"unavailable": 503, "draining": 503, "queue_timeout": 504, "body_too_large": 413,
 		"bad_request": 400, "request_timeout": 408, "backend_error": 502, "method_not_allowed": 405,
-		"overloaded": 503,
+		"overloaded": 503, "backend_timeout": 504,
 	}
 	got := map[string]int{}
 	for _, c := range queue.Causes() {
@@ -171,6 +171,11 @@ func TestWrite(t *testing.T) {
 			wantHeaders: http.Header{"Retry-After": {"1"}, "X-Tier": {"free"},
 				"Content-Type": {"application/json"}, "Cache-Control": {"no-store"}},
 			wantBody: `{"error":{"type":"overloaded","message":"queued request bodies would exceed the dispatcher's 128 MiB budget (--max-queued-bytes); retry shortly or on another instance","tier":"free","queue_position":0,"retry_after_seconds":1}}` + "\n",
+		},
+		"504 backend_timeout names the tier": {
+			err:         *BackendTimeout("free"),
+			wantHeaders: http.Header{"X-Tier": {"free"}, "Content-Type": {"application/json"}, "Cache-Control": {"no-store"}},
+			wantBody:    `{"error":{"type":"backend_timeout","message":"the model backend did not start its answer in time","tier":"free","queue_position":0,"retry_after_seconds":0}}` + "\n",
 		},
 		"401 has no queue headers": {
 			err:         Error{Status: 401, Cause: queue.CauseUnauthenticated, Message: "unknown API key"},

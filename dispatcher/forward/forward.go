@@ -5,46 +5,55 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/url"
-	"sync"
 	"time"
 )
 
 // Sentinel errors of Forward, to match with errors.Is.
 var (
-	// ErrUnreachable: no connection to the backend could be made, so
-	// nothing was sent; the request may be tried on another backend.
+	// ErrUnreachable: no connection to the backend could be made (the
+	// dial or the TLS handshake failed), so nothing was sent; the request
+	// may be tried on another backend.
 	ErrUnreachable = errors.New("forward: backend unreachable")
 	// ErrNoAnswer: the backend failed before sending its headers; nothing
-	// was written to the client.
+	// was written to the client but the 1xx answers passed on.
 	ErrNoAnswer = errors.New("forward: backend failed before answering")
+	// ErrTimeout: the backend sent no response head within
+	// Options.ResponseHeaderTimeout; nothing was written to the client.
+	ErrTimeout = errors.New("forward: backend sent no answer in time")
 	// ErrCut: the backend's answer broke after its headers went to the
 	// client, which therefore holds an incomplete answer.
 	ErrCut = errors.New("forward: answer cut")
 	// ErrClientGone: the client failed: its body could not be read as it
-	// streamed to the backend (the cause says why: a read error, or an
-	// *http.MaxBytesError), or the answer could not be written to it.
+	// streamed to the backend (then the error is also ErrClientBody), or
+	// the answer could not be written to it.
 	ErrClientGone = errors.New("forward: client gone")
+	// ErrClientBody: the client's streamed body could not be read (the
+	// cause says why: a read error, or an *http.MaxBytesError). It comes
+	// with ErrClientGone.
+	ErrClientBody = errors.New("forward: reading the client's body")
 )
 
-// Options tune a Forwarder. dispatcher.Config fills them, from
-// DefaultOptions; the forwarder ignores the response-head bounds for now.
+// Options tune a Forwarder's http.Transport. New takes them as they are:
+// a zero value is the Transport's (no limit, or its own default), and
+// DefaultOptions are the dispatcher's defaults.
 type Options struct {
-	// DialTimeout bounds making a connection (and its TLS handshake).
+	// DialTimeout bounds making a connection and its TLS handshake.
 	DialTimeout time.Duration
 	// MaxIdleConnsPerHost bounds the idle keep-alive connections kept per
-	// backend; at least the slots, so a busy pool reconnects rarely.
+	// backend; it should be at least the slots, so that a full pool of
+	// requests finds its connections again.
 	MaxIdleConnsPerHost int
 	// IdleConnTimeout closes a connection idle for longer.
 	IdleConnTimeout time.Duration
-	// ResponseHeaderTimeout bounds the wait for a backend's response head
-	// after the request was sent (ErrTimeout). It must fit long prefills.
+	// ResponseHeaderTimeout bounds the wait for a response head once the
+	// request is written; past it the answer is ErrTimeout. It must fit
+	// the longest prefill.
 	ResponseHeaderTimeout time.Duration
-	// MaxResponseHeaderBytes bounds a backend's response head; a larger
-	// one is a backend failure (502).
+	// MaxResponseHeaderBytes bounds a response head (each 1xx's, and the
+	// final one's); a larger one is ErrNoAnswer.
 	MaxResponseHeaderBytes int64
 	// TLS is the client configuration for https backends; nil verifies
 	// against the system roots. ServerName defaults to the backend's host.
@@ -54,7 +63,7 @@ type Options struct {
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
-// Defaults of Options.
+// Defaults of Options (DefaultOptions).
 const (
 	DefaultDialTimeout            = 5 * time.Second
 	DefaultMaxIdleConnsPerHost    = 1024
@@ -63,7 +72,7 @@ const (
 	DefaultMaxResponseHeaderBytes = 1 << 20
 )
 
-// DefaultOptions are the defaults above, for dispatcher.Config to apply.
+// DefaultOptions are the defaults above; dispatcher.Config applies them.
 func DefaultOptions() Options {
 	return Options{
 		DialTimeout:            DefaultDialTimeout,
@@ -78,30 +87,21 @@ func DefaultOptions() Options {
 // build one with New.
 type Forwarder struct {
 	opt Options
-
-	mu        sync.Mutex
-	idle      map[poolKey][]*conn
-	lastSweep time.Time
+	tr  *http.Transport
 }
 
-type poolKey struct{ scheme, host string }
-
-// New builds a Forwarder.
+// New builds a Forwarder over an http.Transport tuned by opt.
 func New(opt Options) *Forwarder {
-	if opt.DialTimeout <= 0 {
-		opt.DialTimeout = DefaultDialTimeout
-	}
-	if opt.MaxIdleConnsPerHost <= 0 {
-		opt.MaxIdleConnsPerHost = DefaultMaxIdleConnsPerHost
-	}
-	if opt.IdleConnTimeout <= 0 {
-		opt.IdleConnTimeout = DefaultIdleConnTimeout
-	}
 	if opt.Dial == nil {
 		opt.Dial = (&net.Dialer{KeepAlive: 30 * time.Second}).DialContext
 	}
-	return &Forwarder{opt: opt, idle: make(map[poolKey][]*conn)}
+	f := &Forwarder{opt: opt}
+	f.tr = newTransport(f)
+	return f
 }
+
+// CloseIdle closes every idle connection.
+func (f *Forwarder) CloseIdle() { f.tr.CloseIdleConnections() }
 
 // Request is one request to forward.
 type Request struct {
@@ -115,6 +115,10 @@ type Request struct {
 	Body []byte
 	// Upgrade allows a protocol switch the client asked for.
 	Upgrade bool
+	// Protected are fields the dispatcher set in In.Header (canonical
+	// form): they are sent even when the client's Connection header
+	// names them, so a client cannot remove them.
+	Protected []string
 }
 
 // Replayable says whether the request can be sent twice: its body is in
@@ -132,100 +136,59 @@ func (rq *Request) Replayable() bool {
 // error is the context's, wrapped, and nothing more is written.
 func (f *Forwarder) Forward(w http.ResponseWriter, rq Request) (int, error) {
 	ctx := rq.In.Context()
-	key := poolKey{rq.Target.Scheme, rq.Target.Host}
-	c, err := f.get(ctx, key)
-	if err != nil {
-		return 0, err
+	ex := newExchange(w, &rq)
+	resp, err := f.tr.RoundTrip(ex.out)
+	ex.roundTripDone()
+	if err != nil && ex.resendable() {
+		ex = newExchange(w, &rq)
+		resp, err = f.tr.RoundTrip(ex.out)
+		ex.roundTripDone()
 	}
-	resp, err := c.roundTrip(ctx, w, &rq)
-	if err != nil && c.reused && c.unsent && rq.Replayable() && ctx.Err() == nil && !errors.Is(err, ErrClientGone) {
-		// The backend closed a pooled connection as the request went
-		// out: it has not seen it, so it goes once more on a new one.
-		c.close()
-		if c, err = f.dial(ctx, key); err != nil {
-			return 0, err
+	if err != nil {
+		ex.releaseBody(w)
+		if berr := ex.bodyFailure(); berr != nil {
+			return 0, fmt.Errorf("%w: %w", ErrClientGone, berr)
 		}
-		resp, err = c.roundTrip(ctx, w, &rq)
+		return 0, f.failure(ctx, err)
 	}
+	status, err := ex.answer(resp)
+	// Closed before the body is released: closing the Transport's
+	// connection is what ends a write the backend no longer reads.
+	_ = resp.Body.Close()
+	ex.releaseBody(w)
 	if err != nil {
-		c.close()
-		return 0, failure(ctx, ErrNoAnswer, err)
+		return status, cutFailure(ctx, err)
 	}
-	status, err := f.answer(w, c, &rq, resp)
-	if err != nil {
-		// Closed first: closing the body of a broken answer would read on.
-		c.close()
-		_ = resp.Body.Close()
-		return status, failure(ctx, ErrCut, err)
-	}
-	_ = resp.Body.Close() // read to its end: nothing left to read
-	f.put(c, resp)
 	return status, nil
 }
 
-// failure is the error of a failed exchange: the context's when the
-// client left (the cause of the failure), else kind.
-func failure(ctx context.Context, kind, err error) error {
-	if ctx.Err() != nil {
+// failure is the error of a request that got no answer: the context's
+// when the client left, else what the Transport's error says.
+func (f *Forwarder) failure(ctx context.Context, err error) error {
+	var ne net.Error
+	switch {
+	case ctx.Err() != nil:
 		return fmt.Errorf("forward: %w (%w)", ctx.Err(), err)
-	}
-	if errors.Is(err, ErrClientGone) || errors.Is(err, ErrNoAnswer) {
+	case errors.Is(err, ErrClientBody):
+		return fmt.Errorf("%w: %w", ErrClientGone, err)
+	case errors.Is(err, ErrUnreachable), errors.Is(err, ErrNoAnswer):
 		return err // already says what failed
+	case errors.As(err, &ne) && ne.Timeout():
+		return fmt.Errorf("%w: %w", ErrTimeout, err)
+	default:
+		return fmt.Errorf("%w: %w", ErrNoAnswer, err)
 	}
-	return fmt.Errorf("%w: %w", kind, err)
 }
 
-// roundTrip writes rq on c and reads the head of the final answer (or of a
-// 101), passing 1xx answers on to w as they come. It arms c to be
-// interrupted if ctx ends.
-func (c *conn) roundTrip(ctx context.Context, w http.ResponseWriter, rq *Request) (*http.Response, error) {
-	c.watch(ctx)
-	c.unsent = true
-	err := c.writeRequest(rq)
-	if errors.Is(err, errClientBody) {
-		// The client failed: the backend holds half a request, and the
-		// connection is done for.
-		c.broken = true
-		return nil, fmt.Errorf("%w: %w", ErrClientGone, err)
-	}
-	if err != nil {
-		// A write that failed may have raced an answer the backend sent
-		// before it closed (a 413, say): read it if it is there already.
-		c.broken = true
-		_ = c.SetReadDeadline(time.Now().Add(salvageWait))
-		if resp, rerr := c.readHead(w, rq); rerr == nil {
-			return resp, nil
-		}
-		return nil, err
-	}
-	c.unsent = false
-	return c.readHead(w, rq)
-}
-
-// salvageWait bounds the look for an answer after a failed write.
-const salvageWait = 250 * time.Millisecond
-
-// readHead reads the answer's head. 1xx answers but 101 are informational:
-// their headers go to the client at once, and the next head is read.
-func (c *conn) readHead(w http.ResponseWriter, rq *Request) (*http.Response, error) {
-	for {
-		resp, err := http.ReadResponse(c.br, rq.In)
-		if err != nil {
-			if errors.Is(err, io.EOF) {
-				err = io.ErrUnexpectedEOF
-			}
-			return nil, err
-		}
-		if resp.StatusCode >= 200 || resp.StatusCode == http.StatusSwitchingProtocols {
-			return resp, nil
-		}
-		// The headers set so far belong to the final answer: they are
-		// sent with the 1xx too, and kept for it.
-		h := w.Header()
-		kept := h.Clone()
-		copyHeader(h, resp.Header)
-		w.WriteHeader(resp.StatusCode)
-		clear(h)
-		copyHeader(h, kept)
+// cutFailure is the error of an answer that broke after its head went to
+// the client.
+func cutFailure(ctx context.Context, err error) error {
+	switch {
+	case ctx.Err() != nil:
+		return fmt.Errorf("forward: %w (%w)", ctx.Err(), err)
+	case errors.Is(err, ErrClientGone), errors.Is(err, ErrNoAnswer):
+		return err
+	default:
+		return fmt.Errorf("%w: %w", ErrCut, err)
 	}
 }

@@ -20,7 +20,7 @@ var hopByHop = map[string]bool{
 	"Upgrade":             true,
 }
 
-// notForwarded are request fields the forwarder writes itself (Host,
+// notForwarded are request fields the Transport writes itself (Host,
 // Content-Length) or drops: what a client says of proxies in front of it
 // is not vouched for, and Expect was the server's to answer.
 var notForwarded = map[string]bool{

@@ -10,10 +10,11 @@ import (
 	"sync"
 )
 
-// answer copies the backend's answer, whose head is resp, to w.
-func (f *Forwarder) answer(w http.ResponseWriter, c *conn, rq *Request, resp *http.Response) (int, error) {
+// answer copies the backend's answer, whose head is resp, to the client.
+func (ex *exchange) answer(resp *http.Response) (int, error) {
+	w := ex.w
 	if resp.StatusCode == http.StatusSwitchingProtocols {
-		return f.switchProtocols(w, c, rq, resp)
+		return ex.switchProtocols(resp)
 	}
 	h := w.Header()
 	copyAnswerHeader(h, resp.Header)

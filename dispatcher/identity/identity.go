@@ -232,13 +232,46 @@ func (id *Identifier) byKey(h http.Header) (string, error) {
 }
 
 // Strip removes the caller's credential and any client-sent tiergate
-// header from h, then names the resolved tenant in TenantHeader.
+// header from h, then names the resolved tenant in TenantHeader. Every
+// spelling of those headers that a CGI-style backend folds into them ('_'
+// read as '-', any case) goes too, so none can pass for the real one.
 func (id *Identifier) Strip(h http.Header, tenant string) {
-	if id.mode == policy.AuthAPIKey || id.mode == policy.AuthJWT {
+	byBearer := id.mode == policy.AuthAPIKey || id.mode == policy.AuthJWT
+	if byBearer {
 		h.Del("Authorization")
-	} else {
-		h.Del(id.header)
 	}
-	h.Del("X-Tier")
+	for k := range h {
+		if foldsTo(k, TenantHeader) || foldsTo(k, "X-Tier") || (!byBearer && foldsTo(k, id.header)) {
+			delete(h, k)
+		}
+	}
 	h[TenantHeader] = []string{tenant}
+}
+
+// foldsTo says whether field k is name once case is ignored and '_' is
+// read as '-'. It allocates nothing.
+func foldsTo(k, name string) bool {
+	if len(k) != len(name) {
+		return false
+	}
+	for i := range len(k) {
+		a, b := lower(k[i]), lower(name[i])
+		if a == '_' {
+			a = '-'
+		}
+		if b == '_' {
+			b = '-'
+		}
+		if a != b {
+			return false
+		}
+	}
+	return true
+}
+
+func lower(c byte) byte {
+	if 'A' <= c && c <= 'Z' {
+		return c + 'a' - 'A'
+	}
+	return c
 }

@@ -126,6 +126,12 @@ func TestStrip(t *testing.T) {
 			in:   http.Header{"X-Tenant-Id": {"acme"}, "Authorization": {"Bearer upstream"}, "X-Tiergate-Tenant": {"spoof"}, "X-Tier": {"premium"}},
 			want: http.Header{"Authorization": {"Bearer upstream"}, "X-Tiergate-Tenant": {"acme"}},
 		},
+		"folded spellings": {
+			mode: policy.AuthTrustedHeader,
+			in: http.Header{"X_tenant_id": {"acme"}, "X_Tiergate_Tenant": {"spoof"}, "X-tiergate_TENANT": {"spoof"}, "X_tier": {"premium"},
+				"X-Tiergate-Tenants": {"kept"}, "X_Trace": {"kept"}},
+			want: http.Header{"X-Tiergate-Tenant": {"acme"}, "X-Tiergate-Tenants": {"kept"}, "X_Trace": {"kept"}},
+		},
 		"key mode": {
 			mode: policy.AuthAPIKey,
 			in:   http.Header{"Authorization": {"Bearer sk-acme-1"}, "X-Tiergate-Tenant": {"spoof"}, "Accept": {"text/event-stream"}},

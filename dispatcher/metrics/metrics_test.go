@@ -125,7 +125,7 @@ func TestEventsAndTierDeletion(t *testing.T) {
 # TYPE tiergate_abandoned_total counter
 tiergate_abandoned_total{pool="p",stage="inflight",tier="premium"} 1
 tiergate_abandoned_total{pool="p",stage="queued",tier="free"} 1
-# HELP tiergate_rejections_total Refused requests by cause (capacity, tenant_limit, unauthenticated, unknown_tenant, unavailable, draining, queue_timeout, body_too_large, bad_request, request_timeout, backend_error, method_not_allowed, overloaded).
+# HELP tiergate_rejections_total Refused requests by cause (capacity, tenant_limit, unauthenticated, unknown_tenant, unavailable, draining, queue_timeout, body_too_large, bad_request, request_timeout, backend_error, method_not_allowed, overloaded, backend_timeout).
 # TYPE tiergate_rejections_total counter
 tiergate_rejections_total{cause="capacity",pool="p",tier="premium"} 2
 tiergate_rejections_total{cause="tenant_limit",pool="p",tier="free"} 1
@@ -149,7 +149,7 @@ tiergate_requests_total{code="429",pool="p",tier="free"} 1
 # HELP tiergate_abandoned_total Requests whose client went away, by stage (queued, dispatch, inflight).
 # TYPE tiergate_abandoned_total counter
 tiergate_abandoned_total{pool="p",stage="inflight",tier="premium"} 1
-# HELP tiergate_rejections_total Refused requests by cause (capacity, tenant_limit, unauthenticated, unknown_tenant, unavailable, draining, queue_timeout, body_too_large, bad_request, request_timeout, backend_error, method_not_allowed, overloaded).
+# HELP tiergate_rejections_total Refused requests by cause (capacity, tenant_limit, unauthenticated, unknown_tenant, unavailable, draining, queue_timeout, body_too_large, bad_request, request_timeout, backend_error, method_not_allowed, overloaded, backend_timeout).
 # TYPE tiergate_rejections_total counter
 tiergate_rejections_total{cause="capacity",pool="p",tier="premium"} 2
 tiergate_rejections_total{cause="unauthenticated",pool="p",tier=""} 1

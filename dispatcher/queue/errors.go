@@ -94,6 +94,7 @@ const (
 	CauseBackendError     = "backend_error"      // 502: the backend failed before answering
 	CauseMethodNotAllowed = "method_not_allowed" // 405: CONNECT, which the dispatcher never tunnels
 	CauseOverloaded       = "overloaded"         // 503: the bodies held would exceed --max-queued-bytes
+	CauseBackendTimeout   = "backend_timeout"    // 504: the backend sent no response head in time
 )
 
 // Causes lists every cause above, in that order; each call returns a new
@@ -103,6 +104,6 @@ func Causes() []string {
 		CauseCapacity, CauseTenantLimit, CauseUnauthenticated, CauseUnknownTenant, CauseUnavailable,
 		CauseDraining, CauseQueueTimeout, CauseBodyTooLarge, CauseBadRequest, CauseRequestTimeout, CauseBackendError,
 		CauseMethodNotAllowed,
-		CauseOverloaded,
+		CauseOverloaded, CauseBackendTimeout,
 	}
 }

@@ -91,6 +91,12 @@ func exitCases() map[string]exitCase {
 			},
 			wantStatus: 502, wantBody: refusalJSON("backend_error", "the model backend failed before answering", "premium", 0, 0),
 			wantTotal: "code=502,pool=p,tier=premium", wantReject: "cause=backend_error,pool=p,tier=premium"},
+		"backend timeout": {pool: "p", tier: "premium",
+			outcome: func(x *exchange) outcome {
+				return outcome{refusal: apierror.BackendTimeout(x.tier), err: errors.New("forward: no response head in time")}
+			},
+			wantStatus: 504, wantBody: refusalJSON("backend_timeout", "the model backend did not start its answer in time", "premium", 0, 0),
+			wantTotal: "code=504,pool=p,tier=premium", wantReject: "cause=backend_timeout,pool=p,tier=premium"},
 		"method not allowed": {pool: "p", outcome: refuseConnect,
 			wantStatus: 405, wantBody: refusalJSON("method_not_allowed", "the dispatcher does not accept CONNECT: it proxies model API calls and is not a tunnel", "", 0, 0),
 			wantHeader: http.Header{"Allow": {allowedMethods}, "Connection": {"close"}},

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -116,7 +117,7 @@ func (s *Server) forward(x *exchange, r *http.Request, st *state, who identity.I
 		return refused(apierror.NoBackend(who.Tier))
 	}
 	st.id.Strip(r.Header, who.Tenant)
-	rq := forward.Request{In: r, Body: body, Upgrade: st.exempt[r.URL.Path]}
+	rq := forward.Request{In: r, Body: body, Upgrade: st.exempt[r.URL.Path], Protected: protected}
 	err := s.attempt(x, &rq, p)
 	// A body the proxy streams from the client cannot be sent twice.
 	if errors.Is(err, forward.ErrUnreachable) && rq.Replayable() && r.Context().Err() == nil {
@@ -127,6 +128,10 @@ func (s *Server) forward(x *exchange, r *http.Request, st *state, who identity.I
 	}
 	return s.settle(x, r, err)
 }
+
+// protected are the fields the dispatcher sets on a forwarded request
+// (identity.Strip): no client's Connection header removes them.
+var protected = []string{identity.TenantHeader}
 
 // attempt forwards rq to p's backend once and ends p with what it learnt
 // of the backend.
@@ -159,6 +164,7 @@ func outcomeOf(ctx context.Context, status int, err error) balancer.Outcome {
 // aborts the handler, so the client sees a broken answer, not a whole one.
 func (s *Server) settle(x *exchange, r *http.Request, err error) outcome {
 	x.served = err == nil && x.status >= 200 && x.status < 300
+	var bodyErr *forward.ClientBodyError
 	switch {
 	case err == nil && x.sw.code == 0 && x.status == http.StatusSwitchingProtocols:
 		return outcome{code: x.status} // written on the switched connection
@@ -166,11 +172,22 @@ func (s *Server) settle(x *exchange, r *http.Request, err error) outcome {
 		return served
 	case isTooLarge(err) && x.status == 0:
 		// An exempt path's streamed body outgrew MaxBodyBytes.
+		x.sw.Header().Set("Connection", "close")
 		return refused(apierror.BodyTooLarge(s.cfg.MaxBodyBytes))
+	case x.status == 0 && errors.As(err, &bodyErr):
+		// A streamed body that failed (malformed, or cut short by a
+		// client that half-closed, which net/http counts as gone) gets
+		// the client a 400, not the empty 200 net/http would send.
+		x.sw.Header().Set("Connection", "close")
+		return refused(apierror.BadRequest("could not read the request body: " + bodyErr.Err.Error()))
 	case r.Context().Err() != nil || errors.Is(err, forward.ErrClientGone):
+		// Aborted even when nothing was written: net/http would send a
+		// 200 that no backend sent.
 		o := clientGone(metrics.StageInflight)
-		o.abort = x.status != 0
+		o.abort = true
 		return o
+	case errors.Is(err, forward.ErrTimeout):
+		return outcome{refusal: apierror.BackendTimeout(x.tier), err: err}
 	case errors.Is(err, forward.ErrCut):
 		return outcome{code: http.StatusBadGateway, abort: true, err: err}
 	default:
@@ -199,6 +216,31 @@ func (s *Server) forwardExempt(x *exchange, r *http.Request, st *state, who iden
 	if r.ContentLength > s.cfg.MaxBodyBytes {
 		return refused(apierror.BodyTooLarge(s.cfg.MaxBodyBytes))
 	}
-	r.Body = http.MaxBytesReader(x.sw.ResponseWriter, r.Body, s.cfg.MaxBodyBytes)
+	// Not http.MaxBytesReader: the Transport reads the body on a goroutine
+	// of its own, which must not touch the ResponseWriter.
+	r.Body = &limitedBody{ReadCloser: r.Body, limit: s.cfg.MaxBodyBytes}
 	return s.forward(x, r, st, who, nil)
+}
+
+// limitedBody fails a body that outgrows limit bytes with an
+// *http.MaxBytesError.
+type limitedBody struct {
+	io.ReadCloser
+	limit, read int64
+}
+
+func (b *limitedBody) Read(p []byte) (int, error) {
+	if b.read > b.limit {
+		return 0, &http.MaxBytesError{Limit: b.limit}
+	}
+	// One byte more than allowed tells a body at the limit from one past it.
+	if room := b.limit - b.read + 1; int64(len(p)) > room {
+		p = p[:room]
+	}
+	n, err := b.ReadCloser.Read(p)
+	b.read += int64(n)
+	if b.read > b.limit {
+		return n - int(b.read-b.limit), &http.MaxBytesError{Limit: b.limit}
+	}
+	return n, err
 }

@@ -110,7 +110,7 @@ func newFixture(t *testing.T, p *policy.Policy) *fixture {
 }
 
 // newFixtureConfig is newFixture with cfg's limits (its Log and Forwarder
-// are the fixture's).
+// is the fixture's, and so is its Forwarder unless cfg has one).
 func newFixtureConfig(t *testing.T, p *policy.Policy, cfg Config) *fixture {
 	t.Helper()
 	be := &backend{}
@@ -123,7 +123,10 @@ func newFixtureConfig(t *testing.T, p *policy.Policy, cfg Config) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.Log, cfg.Forwarder = logr.Discard(), forward.New(forward.Options{})
+	cfg.Log = logr.Discard()
+	if cfg.Forwarder == nil {
+		cfg.Forwarder = forward.New(forward.DefaultOptions())
+	}
 	f.srv, err = New(withLimits(cfg), f.q, bal, m)
 	if err != nil {
 		t.Fatal(err)
