@@ -36,10 +36,13 @@ func refusalJSON(typ, msg, tier string, pos, retry float64) map[string]any {
 	return map[string]any{"error": map[string]any{"type": typ, "message": msg, "tier": tier, "queue_position": pos, "retry_after_seconds": retry}}
 }
 
+// ref is a stage that refuses with e.
+func ref(e *apierror.Error) func(*exchange) outcome {
+	return func(*exchange) outcome { return refused(e) }
+}
+
+// exitCases are the refusals, one cause or more each.
 func exitCases() map[string]exitCase {
-	ref := func(e *apierror.Error) func(*exchange) outcome {
-		return func(*exchange) outcome { return refused(e) }
-	}
 	return map[string]exitCase{
 		"unauthenticated": {pool: "p", outcome: ref(apierror.FromIdentity(errors.New("missing the X-Tenant-ID header that names the tenant"))),
 			wantStatus: 401, wantBody: refusalJSON("unauthenticated", "missing the X-Tenant-ID header that names the tenant", "", 0, 0),
@@ -101,6 +104,13 @@ func exitCases() map[string]exitCase {
 			wantStatus: 405, wantBody: refusalJSON("method_not_allowed", "the dispatcher does not accept CONNECT: it proxies model API calls and is not a tunnel", "", 0, 0),
 			wantHeader: http.Header{"Allow": {allowedMethods}, "Connection": {"close"}},
 			wantTotal:  "code=405,pool=p,tier=", wantReject: "cause=method_not_allowed,pool=p,tier="},
+	}
+}
+
+// endCases are the ends that are not refusals: 499s, a cut stream, an
+// answer of the backend's.
+func endCases() map[string]exitCase {
+	return map[string]exitCase{
 		"client closed while sending its body": {pool: "p", tier: "premium", outcome: func(*exchange) outcome { return clientGone("") },
 			wantStatus: 200, wantTotal: "code=499,pool=p,tier=premium"},
 		"client closed while queued": {pool: "p", tier: "premium", outcome: func(*exchange) outcome { return clientGone(metrics.StageQueued) },
@@ -136,7 +146,11 @@ func exitCases() map[string]exitCase {
 // code, on a series that exists whatever the exchange knew.
 func TestExitWritesAndCountsEveryOutcome(t *testing.T) {
 	covered := map[string]bool{}
-	for name, tc := range exitCases() {
+	cases := exitCases()
+	for name, tc := range endCases() {
+		cases[name] = tc
+	}
+	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			f := newFixture(t, testPolicy(policy.AuthTrustedHeader, 1))
 			rec := httptest.NewRecorder()
