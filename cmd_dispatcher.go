@@ -19,7 +19,6 @@ import (
 	"github.com/tiergate/tiergate/dispatcher/balancer"
 	"github.com/tiergate/tiergate/dispatcher/budget"
 	"github.com/tiergate/tiergate/dispatcher/fleet"
-	"github.com/tiergate/tiergate/dispatcher/server"
 	"github.com/tiergate/tiergate/internal/tokenfile"
 )
 
@@ -27,60 +26,74 @@ func init() {
 	register("dispatcher", "serve the tiered queue in front of a model pool (data and admin ports)", runDispatcher)
 }
 
-func runDispatcher(args []string, stdout, stderr io.Writer) int {
+// dispatcherFlags are the command's settings: the dispatcher.Config its
+// flags fill (their defaults are DefaultConfig's) and what the command
+// itself resolves before it builds the Config.
+type dispatcherFlags struct {
+	cfg                 dispatcher.Config
+	tokenFile           string
+	tokenGrace          time.Duration
+	maxQueued, memLimit int64
+	verbosity           int
+	logFormat           string
+}
+
+// newDispatcherFlags binds the flags of `tiergate dispatcher` to f.
+func newDispatcherFlags(stderr io.Writer) (*flag.FlagSet, *dispatcherFlags) {
 	fs := flag.NewFlagSet("tiergate dispatcher", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	listen := fs.String("listen", ":8080", "data port address (clients)")
-	adminListen := fs.String("admin-listen", ":9090", "admin port address (policy API, healthz, readyz, metrics)")
-	tokenFile := fs.String("admin-token-file", "", "file holding the admin API's bearer token, followed when it changes (a rotated Secret volume); without it PUT/GET /v1/* answer 401")
-	tokenGrace := fs.Duration("admin-token-grace", tokenfile.MaxGrace, "after --admin-token-file changes, how long the token it replaced is still accepted (0s to 60s)")
-	policyFile := fs.String("policy-file", "", "policy document (JSON or YAML) for standalone use; re-read when it changes")
-	var fleetCfg fleet.Config
-	fleet.AddFlags(fs, &fleetCfg) // --state, --redis-password-file, --redis-ca-file, --state-lease-ttl, --state-renew-interval
-	drainTimeout := fs.Duration("drain-timeout", dispatcher.DefaultDrainTimeout, "on SIGTERM, how long queued requests may still be dispatched before they get 503")
-	maxBody := fs.Int64("max-body-bytes", server.DefaultMaxBodyBytes, "largest request body; larger gets 413")
-	maxQueued := fs.Int64("max-queued-bytes", 0, "memory budget of the request bodies being read and queued; a request whose body would exceed it gets 503 overloaded. 0: a quarter of the smallest known memory limit (GOMEMLIMIT, --memory-limit, the cgroup's), else 256 MiB")
-	memLimit := fs.Int64("memory-limit", 0, "the container's memory limit in bytes (the chart passes limits.memory); 0: read the cgroup's. Without GOMEMLIMIT the Go runtime's soft limit is set to 90% of the smallest limit known")
-	bodyTimeout := fs.Duration("body-timeout", server.DefaultBodyTimeout, "longest time to receive a request body; slower gets 408")
-	readHeaderTimeout := fs.Duration("read-header-timeout", 10*time.Second, "longest time to receive a request's headers (against slowloris clients)")
-	var health balancer.Health
-	balancer.AddFlags(fs, &health) // --backend-eject-after-failures, --backend-eject-after-unreachable, --backend-ejection-base, --backend-ejection-max
-	profiling := fs.Bool("enable-profiling", false, "serve Go's runtime profiles (pprof) under /debug/pprof/ on the admin port, behind the admin token")
-	verbosity := fs.Int("v", 0, "log verbosity: 0 lifecycle and errors, 1 also per-request failures")
-	logFormat := fs.String("log-format", "json", `log format: "json" or "text"`)
+	f := &dispatcherFlags{cfg: dispatcher.DefaultConfig()}
+	cfg := &f.cfg
+	fs.StringVar(&cfg.Listen, "listen", cfg.Listen, "data port address (clients)")
+	fs.StringVar(&cfg.AdminListen, "admin-listen", cfg.AdminListen, "admin port address (policy API, healthz, readyz, metrics)")
+	fs.StringVar(&f.tokenFile, "admin-token-file", "", "file holding the admin API's bearer token, followed when it changes (a rotated Secret volume); without it PUT/GET /v1/* answer 401")
+	fs.DurationVar(&f.tokenGrace, "admin-token-grace", tokenfile.MaxGrace, "after --admin-token-file changes, how long the token it replaced is still accepted (0s to 60s)")
+	fs.StringVar(&cfg.PolicyFile, "policy-file", "", "policy document (JSON or YAML) for standalone use; re-read when it changes")
+	fleet.AddFlags(fs, &cfg.Fleet) // --state, --redis-password-file, --redis-ca-file, --state-lease-ttl, --state-renew-interval
+	fs.DurationVar(&cfg.DrainTimeout, "drain-timeout", cfg.DrainTimeout, "on SIGTERM, how long queued requests may still be dispatched before they get 503")
+	fs.Int64Var(&cfg.MaxBodyBytes, "max-body-bytes", cfg.MaxBodyBytes, "largest request body; larger gets 413")
+	fs.Int64Var(&f.maxQueued, "max-queued-bytes", 0, "memory budget of the request bodies being read and queued; a request whose body would exceed it gets 503 overloaded. 0: a quarter of the smallest known memory limit (GOMEMLIMIT, --memory-limit, the cgroup's), else 256 MiB")
+	fs.Int64Var(&f.memLimit, "memory-limit", 0, "the container's memory limit in bytes (the chart passes limits.memory); 0: read the cgroup's. Without GOMEMLIMIT the Go runtime's soft limit is set to 90% of the smallest limit known")
+	fs.DurationVar(&cfg.BodyTimeout, "body-timeout", cfg.BodyTimeout, "longest time to receive a request body; slower gets 408")
+	fs.DurationVar(&cfg.ReadHeaderTimeout, "read-header-timeout", cfg.ReadHeaderTimeout, "longest time to receive a request's headers (against slowloris clients)")
+	addBackendFlags(fs, &cfg.Backend)
+	balancer.AddFlags(fs, &cfg.Health) // --backend-eject-after-failures, --backend-eject-after-unreachable, --backend-ejection-base, --backend-ejection-max
+	fs.BoolVar(&cfg.Profiling, "enable-profiling", false, "serve Go's runtime profiles (pprof) under /debug/pprof/ on the admin port, behind the admin token")
+	fs.IntVar(&f.verbosity, "v", 0, "log verbosity: 0 lifecycle and errors, 1 also per-request failures")
+	fs.StringVar(&f.logFormat, "log-format", "json", `log format: "json" or "text"`)
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: tiergate dispatcher [flags]\n\nServes the tiered, ageing, bounded queue in front of a model pool.\n\nFlags:")
 		fs.PrintDefaults()
 	}
+	return fs, f
+}
+
+func runDispatcher(args []string, stdout, stderr io.Writer) int {
+	fs, f := newDispatcherFlags(stderr)
 	if code, done := parseFlags(fs, args, stderr, ""); done {
 		return code
 	}
-	log, err := newLogger(stderr, *logFormat, *verbosity)
+	log, err := newLogger(stderr, f.logFormat, f.verbosity)
 	if err != nil {
 		fmt.Fprintln(stderr, "tiergate dispatcher:", err)
 		return 2
 	}
 	log = log.WithName("dispatcher")
-	if *tokenGrace < 0 || *tokenGrace > tokenfile.MaxGrace {
-		fmt.Fprintf(stderr, "tiergate dispatcher: --admin-token-grace %s must be between 0s and %s\n", *tokenGrace, tokenfile.MaxGrace)
+	if f.tokenGrace < 0 || f.tokenGrace > tokenfile.MaxGrace {
+		fmt.Fprintf(stderr, "tiergate dispatcher: --admin-token-grace %s must be between 0s and %s\n", f.tokenGrace, tokenfile.MaxGrace)
 		return 2
 	}
-	tokens, err := adminTokens(*tokenFile, *tokenGrace, log)
+	tokens, err := adminTokens(f.tokenFile, f.tokenGrace, log)
 	if err != nil {
 		log.Error(err, "cannot read --admin-token-file")
 		return 2
 	}
 
-	queued := queuedBytes(*maxQueued, *memLimit, log)
-
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 
-	cfg := dispatcher.Config{
-		Listen: *listen, AdminListen: *adminListen, PolicyFile: *policyFile,
-		DrainTimeout: *drainTimeout, MaxBodyBytes: *maxBody, BodyTimeout: *bodyTimeout, MaxQueuedBytes: queued,
-		ReadHeaderTimeout: *readHeaderTimeout, Fleet: fleetCfg, Health: health, Profiling: *profiling, Log: log,
-	}
+	cfg := f.cfg
+	cfg.MaxQueuedBytes, cfg.Log = queuedBytes(f.maxQueued, f.memLimit, log), log
 	if tokens != nil {
 		cfg.AdminTokens = tokens
 		go tokens.Run(ctx)
@@ -95,6 +108,18 @@ func runDispatcher(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// addBackendFlags binds the backends' transport settings, with the
+// defaults b holds.
+func addBackendFlags(fs *flag.FlagSet, b *dispatcher.Backend) {
+	fs.DurationVar(&b.DialTimeout, "backend-dial-timeout", b.DialTimeout, "longest time to connect to a backend, TLS handshake included")
+	fs.DurationVar(&b.IdleConnTimeout, "backend-idle-timeout", b.IdleConnTimeout, "an idle keep-alive connection to a backend is closed after this long")
+	fs.IntVar(&b.MaxIdleConnsPerHost, "backend-max-idle-conns-per-host", b.MaxIdleConnsPerHost, "idle keep-alive connections kept per backend; at least the pool's slots, or busy pools reconnect")
+	fs.DurationVar(&b.ResponseHeaderTimeout, "backend-response-header-timeout", b.ResponseHeaderTimeout, "longest wait for a backend's response headers once the request is sent (504 backend_timeout); long enough for the longest prefill")
+	fs.Int64Var(&b.MaxResponseHeaderBytes, "backend-max-response-header-bytes", b.MaxResponseHeaderBytes, "largest response head a backend may send; larger gets the client 502 backend_error")
+	fs.StringVar(&b.CAFile, "backend-ca-file", b.CAFile, "PEM CA certificates that https backends are verified against, instead of the system roots")
+	fs.StringVar(&b.ServerName, "backend-server-name", b.ServerName, "name that https backends' certificates must hold; empty: the backend's host")
 }
 
 // adminTokens follows the admin token file, which must hold a token at

@@ -10,131 +10,14 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/go-logr/logr"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"k8s.io/utils/clock"
-
 	policy "github.com/tiergate/tiergate/api/policy/v1"
 	"github.com/tiergate/tiergate/dispatcher/admin"
 	"github.com/tiergate/tiergate/dispatcher/balancer"
-	"github.com/tiergate/tiergate/dispatcher/budget"
 	"github.com/tiergate/tiergate/dispatcher/fleet"
-	"github.com/tiergate/tiergate/dispatcher/forward"
 	"github.com/tiergate/tiergate/dispatcher/metrics"
 	"github.com/tiergate/tiergate/dispatcher/queue"
 	"github.com/tiergate/tiergate/dispatcher/server"
 )
-
-// DefaultDrainTimeout is the default of Config.DrainTimeout.
-const DefaultDrainTimeout = 30 * time.Second
-
-// Config of a dispatcher. Zero fields take the defaults below.
-type Config struct {
-	Listen      string // data port, default ":8080"
-	AdminListen string // admin port, default ":9090"
-	// AdminToken is the admin API's bearer token; empty disables /v1/*.
-	AdminToken []byte
-	// AdminTokens, when set, checks the bearer token instead of
-	// AdminToken (a tokenfile.Follower of a rotated token file).
-	AdminTokens admin.Tokens
-	// Profiling serves /debug/pprof/ on the admin port, behind its token.
-	Profiling bool
-	// PolicyFile, when set, is loaded at start and re-read when it changes.
-	PolicyFile         string
-	PolicyPollInterval time.Duration // default 1s
-	// DrainTimeout is how long queued requests may still be dispatched
-	// after shutdown starts (default 30s).
-	DrainTimeout time.Duration
-	MaxBodyBytes int64         // default 4 MiB
-	BodyTimeout  time.Duration // default 30s
-	// MaxQueuedBytes is the memory budget of the request bodies being read
-	// and queued (default 256 MiB; the command derives it from the memory
-	// limit). It must be at least MaxBodyBytes.
-	MaxQueuedBytes int64
-	// Server timeouts against slow clients. WriteTimeout is not set: a
-	// streamed generation may legitimately take minutes.
-	ReadHeaderTimeout time.Duration // default 10s
-	IdleTimeout       time.Duration // default 120s
-	MaxHeaderBytes    int           // default 64 KiB
-	// Fleet is fleet mode: with a redis:// or rediss:// URL the queue
-	// shares its counts through Redis (dispatcher/fleet); the zero value or
-	// URL "local" is local mode.
-	Fleet fleet.Config
-	// Health is the backends' passive health checking (zero: defaults).
-	Health balancer.Health
-	// Forwarder reaches the backends; nil is forward.New's defaults.
-	Forwarder *forward.Forwarder
-	Clock     clock.WithDelayedExecution // default the real clock
-	// Registry receives the metrics; nil makes one with the Go and process
-	// collectors.
-	Registry *prometheus.Registry
-	Log      logr.Logger
-}
-
-func (c *Config) defaults() {
-	if c.Listen == "" {
-		c.Listen = ":8080"
-	}
-	if c.AdminListen == "" {
-		c.AdminListen = ":9090"
-	}
-	if c.PolicyPollInterval == 0 {
-		c.PolicyPollInterval = time.Second
-	}
-	if c.DrainTimeout == 0 {
-		c.DrainTimeout = DefaultDrainTimeout
-	}
-	if c.MaxBodyBytes == 0 {
-		c.MaxBodyBytes = server.DefaultMaxBodyBytes
-	}
-	if c.BodyTimeout == 0 {
-		c.BodyTimeout = server.DefaultBodyTimeout
-	}
-	if c.MaxQueuedBytes == 0 {
-		c.MaxQueuedBytes = server.DefaultMaxQueuedBytes
-	}
-	if c.ReadHeaderTimeout == 0 {
-		c.ReadHeaderTimeout = 10 * time.Second
-	}
-	if c.IdleTimeout == 0 {
-		c.IdleTimeout = 120 * time.Second
-	}
-	if c.MaxHeaderBytes == 0 {
-		c.MaxHeaderBytes = 64 << 10
-	}
-	if c.Clock == nil {
-		c.Clock = clock.RealClock{}
-	}
-	if c.Registry == nil {
-		c.Registry = prometheus.NewRegistry()
-		c.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	}
-}
-
-func (c *Config) validate() error {
-	var errs []error
-	if c.PolicyPollInterval < 0 {
-		errs = append(errs, fmt.Errorf("policy poll interval must be > 0, got %s", c.PolicyPollInterval))
-	}
-	if c.DrainTimeout < 0 {
-		errs = append(errs, fmt.Errorf("--drain-timeout must be >= 0, got %s", c.DrainTimeout))
-	}
-	if c.MaxBodyBytes < 0 {
-		errs = append(errs, fmt.Errorf("--max-body-bytes must be > 0, got %d", c.MaxBodyBytes))
-	}
-	if c.MaxQueuedBytes < c.MaxBodyBytes {
-		errs = append(errs, fmt.Errorf("--max-queued-bytes (%s) must be at least --max-body-bytes (%s): a body of the largest size would never fit",
-			budget.FormatBytes(c.MaxQueuedBytes), budget.FormatBytes(c.MaxBodyBytes)))
-	}
-	if c.BodyTimeout < 0 || c.ReadHeaderTimeout < 0 || c.IdleTimeout < 0 {
-		errs = append(errs, errors.New("server timeouts must be > 0"))
-	}
-	if err := c.Health.Validate(); err != nil {
-		errs = append(errs, err)
-	}
-	return errors.Join(errs...)
-}
 
 // Dispatcher is one dispatcher process's state.
 type Dispatcher struct {
@@ -186,10 +69,11 @@ func (d *Dispatcher) build() error {
 		return err
 	}
 	d.m = m
-	d.srv, err = server.New(server.Config{
-		MaxBodyBytes: cfg.MaxBodyBytes, BodyTimeout: cfg.BodyTimeout, MaxQueuedBytes: cfg.MaxQueuedBytes,
-		Forwarder: cfg.Forwarder, Log: cfg.Log.WithName("data"),
-	}, d.q, d.bal, d.m)
+	scfg, err := cfg.serverConfig()
+	if err != nil {
+		return err
+	}
+	d.srv, err = server.New(scfg, d.q, d.bal, d.m)
 	if err != nil {
 		return err
 	}

@@ -88,3 +88,6 @@ func (s *Series) Reject(cause string) {
 	}
 	(*c).Inc()
 }
+
+// Abandon is Metrics.Abandon for this series (rare: not cached).
+func (s *Series) Abandon(stage string) { s.m.Abandon(s.pool, s.tier, stage) }

@@ -73,7 +73,7 @@ func benchServer(b *testing.B, slots int) (*Server, *queue.Queue) {
 	}
 	fwd := forward.New(forward.Options{Dial: cannedBackend{}.Dial})
 	b.Cleanup(fwd.CloseIdle)
-	srv, err := New(Config{Log: logr.Discard(), Forwarder: fwd}, q, bal, m)
+	srv, err := New(withLimits(Config{Log: logr.Discard(), Forwarder: fwd}), q, bal, m)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -6,7 +6,7 @@
 // event, on the request's own goroutine) and releases the slot
 // exactly once: with ReleaseServed for a 2xx answer read to its end, the
 // only kind that measures the service time. Every refusal is written by
-// dispatcher/apierror and counted by cause.
+// dispatcher/apierror, at the one exit below.
 //
 // Each request's outcome goes back to the balancer (an answer, a 5xx or
 // broken answer, a refused connection, or nothing learnt when the client
@@ -39,9 +39,14 @@
 // it ends any other way: refused, abandoned, expired or drained. Exempt
 // paths stream their body to the backend, hold none and are not charged.
 //
-// requests_total is counted once per request, in ServeHTTP, from the status
-// a capturing writer saw; the data path overrides it only with 499 (the
-// client left first) or 502 (the backend cut a stream it had started).
+// One exit: every stage (serve, queueAndForward, forward, settle,
+// forwardExempt, the refusals) returns an outcome (a refusal, a code set
+// without writing, an abandoned stage, an error) and only ServeHTTP writes
+// it and counts it, once per request: rejections_total by cause,
+// abandoned_total by stage, requests_total by the status a capturing
+// writer saw, or the outcome's 499 (the client left first) or 502 (the
+// backend cut a stream it had started). The series it counts on always
+// exists (the policy's, or one made for a tier or pool it lacks).
 //
 // Concurrency model: one goroutine per request (net/http). The per-policy
 // state (identifier, exempt paths, tier waits) is an immutable value swapped

@@ -13,7 +13,6 @@ import (
 	"github.com/tiergate/tiergate/dispatcher/forward"
 	"github.com/tiergate/tiergate/dispatcher/identity"
 	"github.com/tiergate/tiergate/dispatcher/metrics"
-	"github.com/tiergate/tiergate/dispatcher/queue"
 )
 
 // exchange is one request's state: the writer that captures its status,
@@ -36,15 +35,6 @@ func getExchange(w http.ResponseWriter, draining *atomic.Bool) *exchange {
 	x.sw.ResponseWriter = w
 	x.sw.draining = draining
 	return x
-}
-
-// series is the metric series of the exchange's pool and tier, or nil when
-// the policy it started under has no such tier (or there was none).
-func (x *exchange) series() *metrics.Series {
-	if x.st == nil || x.st.pool != x.pool {
-		return nil
-	}
-	return x.st.series[x.tier]
 }
 
 func putExchange(x *exchange) {
@@ -121,11 +111,10 @@ func (w *statusWriter) status() int {
 // forward proxies the request to a backend, and once more to another one
 // if the first could not be connected to. Both attempts are inside the
 // caller's slot.
-func (s *Server) forward(x *exchange, r *http.Request, st *state, who identity.Identity, body []byte) {
+func (s *Server) forward(x *exchange, r *http.Request, st *state, who identity.Identity, body []byte) outcome {
 	p, ok := s.bal.Pick(nil)
 	if !ok {
-		s.refuse(x, apierror.NoBackend(who.Tier))
-		return
+		return refused(apierror.NoBackend(who.Tier))
 	}
 	st.id.Strip(r.Header, who.Tenant)
 	rq := forward.Request{In: r, Body: body, Upgrade: st.exempt[r.URL.Path], Protected: protected}
@@ -137,7 +126,7 @@ func (s *Server) forward(x *exchange, r *http.Request, st *state, who identity.I
 			err = s.attempt(x, &rq, p2)
 		}
 	}
-	s.settle(x, r, err)
+	return s.settle(x, r, err)
 }
 
 // protected are the fields the dispatcher sets on a forwarded request
@@ -169,45 +158,41 @@ func outcomeOf(ctx context.Context, status int, err error) balancer.Outcome {
 	}
 }
 
-// settle records how the forwarding ended. The client leaving is a 499;
+// settle says how the forwarding ended. The client leaving is a 499;
 // a backend that failed before answering gets the client a 502; an answer
 // cut after its headers (by the backend or the client's connection)
 // aborts the handler, so the client sees a broken answer, not a whole one.
-func (s *Server) settle(x *exchange, r *http.Request, err error) {
+func (s *Server) settle(x *exchange, r *http.Request, err error) outcome {
+	x.served = err == nil && x.status >= 200 && x.status < 300
 	var bodyErr *forward.ClientBodyError
 	switch {
 	case err == nil && x.sw.code == 0 && x.status == http.StatusSwitchingProtocols:
-		x.sw.code = x.status // written on the switched connection
+		return outcome{code: x.status} // written on the switched connection
 	case err == nil:
+		return served
 	case isTooLarge(err) && x.status == 0:
 		// An exempt path's streamed body outgrew MaxBodyBytes.
 		x.sw.Header().Set("Connection", "close")
-		s.refuse(x, apierror.BodyTooLarge(s.cfg.MaxBodyBytes))
+		return refused(apierror.BodyTooLarge(s.cfg.MaxBodyBytes))
 	case x.status == 0 && errors.As(err, &bodyErr):
 		// A streamed body that failed (malformed, or cut short by a
 		// client that half-closed, which net/http counts as gone) gets
 		// the client a 400, not the empty 200 net/http would send.
 		x.sw.Header().Set("Connection", "close")
-		s.refuse(x, apierror.BadRequest("could not read the request body: "+bodyErr.Err.Error()))
+		return refused(apierror.BadRequest("could not read the request body: " + bodyErr.Err.Error()))
 	case r.Context().Err() != nil || errors.Is(err, forward.ErrClientGone):
 		// Aborted even when nothing was written: net/http would send a
 		// 200 that no backend sent.
-		s.clientGone(x, metrics.StageInflight)
-		panic(http.ErrAbortHandler)
+		o := clientGone(metrics.StageInflight)
+		o.abort = true
+		return o
 	case errors.Is(err, forward.ErrTimeout):
-		s.cfg.Log.V(1).Info("backend timed out", "backend", x.backend.Address, "err", err.Error())
-		apierror.BackendTimeout(x.tier).Write(&x.sw)
-		s.reject(x, queue.CauseBackendTimeout)
+		return outcome{refusal: apierror.BackendTimeout(x.tier), err: err}
 	case errors.Is(err, forward.ErrCut):
-		x.sw.code = http.StatusBadGateway
-		s.cfg.Log.V(1).Info("stream aborted", "backend", x.backend.Address, "err", err.Error())
-		panic(http.ErrAbortHandler)
+		return outcome{code: http.StatusBadGateway, abort: true, err: err}
 	default:
-		s.cfg.Log.V(1).Info("backend failed", "backend", x.backend.Address, "err", err.Error())
-		apierror.BackendError(x.tier).Write(&x.sw)
-		s.reject(x, queue.CauseBackendError)
+		return outcome{refusal: apierror.BackendError(x.tier), err: err}
 	}
-	x.served = err == nil && x.status >= 200 && x.status < 300
 }
 
 // done ends p with outcome and logs what it did to the backend's health.
@@ -227,15 +212,14 @@ func isTooLarge(err error) bool {
 }
 
 // forwardExempt proxies an exempt path without queueing.
-func (s *Server) forwardExempt(x *exchange, r *http.Request, st *state, who identity.Identity) {
+func (s *Server) forwardExempt(x *exchange, r *http.Request, st *state, who identity.Identity) outcome {
 	if r.ContentLength > s.cfg.MaxBodyBytes {
-		s.refuse(x, apierror.BodyTooLarge(s.cfg.MaxBodyBytes))
-		return
+		return refused(apierror.BodyTooLarge(s.cfg.MaxBodyBytes))
 	}
 	// Not http.MaxBytesReader: the Transport reads the body on a goroutine
 	// of its own, which must not touch the ResponseWriter.
 	r.Body = &limitedBody{ReadCloser: r.Body, limit: s.cfg.MaxBodyBytes}
-	s.forward(x, r, st, who, nil)
+	return s.forward(x, r, st, who, nil)
 }
 
 // limitedBody fails a body that outgrows limit bytes with an

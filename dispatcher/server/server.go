@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/http"
 	"strconv"
 	"sync/atomic"
@@ -25,42 +24,24 @@ import (
 // went away before it was answered (nginx's convention).
 const statusClientClosed = 499
 
-// Config tunes the data path.
+// Config tunes the data path. It is complete: dispatcher.Config derives
+// it, with its defaults applied and its limits checked, and New takes it
+// as it is.
 type Config struct {
 	// MaxBodyBytes bounds a request body; larger gets 413.
 	MaxBodyBytes int64
 	// BodyTimeout bounds the time to receive a body; slower gets 408.
 	BodyTimeout time.Duration
 	// MaxQueuedBytes is the budget of the bodies being read and queued;
-	// a request whose body would exceed it gets 503 overloaded. It must be
-	// at least MaxBodyBytes.
+	// a request whose body would exceed it gets 503 overloaded.
 	MaxQueuedBytes int64
-	// Forwarder reaches the backends; nil builds one with the defaults
-	// of dispatcher/forward.
+	// Forwarder reaches the backends.
 	Forwarder *forward.Forwarder
 	Log       logr.Logger
 }
 
-// Defaults of Config.
-const (
-	DefaultMaxBodyBytes   = 4 << 20
-	DefaultBodyTimeout    = 30 * time.Second
-	DefaultMaxQueuedBytes = budget.DefaultNoLimit
-)
-
-func (c *Config) validate() error {
-	if c.MaxBodyBytes <= 0 {
-		return fmt.Errorf("server: MaxBodyBytes must be > 0, got %d", c.MaxBodyBytes)
-	}
-	if c.BodyTimeout <= 0 {
-		return fmt.Errorf("server: BodyTimeout must be > 0, got %s", c.BodyTimeout)
-	}
-	if c.MaxQueuedBytes < c.MaxBodyBytes {
-		return fmt.Errorf("server: MaxQueuedBytes (%s) must be at least MaxBodyBytes (%s), or a body of the largest size would never fit",
-			budget.FormatBytes(c.MaxQueuedBytes), budget.FormatBytes(c.MaxBodyBytes))
-	}
-	return nil
-}
+// errNoForwarder: a Config without a Forwarder, a caller's mistake.
+var errNoForwarder = errors.New("server: Config.Forwarder is nil")
 
 // state is what the data path needs from one policy.
 type state struct {
@@ -86,30 +67,20 @@ type Server struct {
 	draining atomic.Bool
 	active   atomic.Int64
 	idle     chan struct{} // signalled when active drops to 0
+	// noPolicy counts the requests refused before any pool was known.
+	noPolicy *metrics.Series
 }
 
 // New builds the data path. It serves 503 until SetPolicy.
 func New(cfg Config, q *queue.Queue, bal *balancer.Balancer, m *metrics.Metrics) (*Server, error) {
-	if cfg.MaxBodyBytes == 0 {
-		cfg.MaxBodyBytes = DefaultMaxBodyBytes
-	}
-	if cfg.BodyTimeout == 0 {
-		cfg.BodyTimeout = DefaultBodyTimeout
-	}
-	if cfg.MaxQueuedBytes == 0 {
-		cfg.MaxQueuedBytes = DefaultMaxQueuedBytes
-	}
-	if err := cfg.validate(); err != nil {
-		return nil, err
+	if cfg.Forwarder == nil {
+		return nil, errNoForwarder
 	}
 	bodies, err := budget.New(cfg.MaxQueuedBytes)
 	if err != nil {
 		return nil, err
 	}
-	if cfg.Forwarder == nil {
-		cfg.Forwarder = forward.New(forward.DefaultOptions())
-	}
-	s := &Server{cfg: cfg, q: q, bal: bal, m: m, bodies: bodies, fwd: cfg.Forwarder, idle: make(chan struct{}, 1)}
+	s := &Server{cfg: cfg, q: q, bal: bal, m: m, bodies: bodies, fwd: cfg.Forwarder, idle: make(chan struct{}, 1), noPolicy: m.Series("", "")}
 	return s, nil
 }
 
@@ -173,60 +144,48 @@ func (s *Server) leave() {
 	}
 }
 
-// ServeHTTP is the data path. requests_total is counted here, once per
-// request, with the status the exchange's writer saw, or the outcome (499,
-// or 502 for a cut stream) that the data path set on the way.
+// ServeHTTP is the data path, and its one exit: the stages return an
+// outcome, which exit writes (a refusal) and counts, once per request.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.active.Add(1)
 	defer s.leave()
 	x := getExchange(w, &s.draining)
-	finished := false
-	defer func() {
-		if se := x.series(); se != nil {
-			se.Request(x.sw.status())
-		} else {
-			s.m.Request(x.pool, x.tier, x.sw.status())
-		}
-		// After a panic (an aborted stream) the proxy may still hold x.
-		if finished {
-			putExchange(x)
-		}
-	}()
-	s.serve(x, r)
-	finished = true
+	o := s.serve(x, r)
+	s.exit(x, r, o)
+	if o.abort {
+		// The exchange is not pooled again: the aborted handler's
+		// connection may still be using its writer.
+		panic(http.ErrAbortHandler)
+	}
+	putExchange(x)
 }
 
-func (s *Server) serve(x *exchange, r *http.Request) {
+func (s *Server) serve(x *exchange, r *http.Request) outcome {
 	st := s.cur.Load()
 	x.st = st
 	if r.Method == http.MethodConnect {
 		if st != nil {
 			x.pool = st.pool
 		}
-		s.refuseConnect(x)
-		return
+		return refuseConnect(x)
 	}
 	if s.draining.Load() {
-		s.refuse(x, apierror.Draining())
-		return
+		return refused(apierror.Draining())
 	}
 	if st == nil {
-		s.refuse(x, apierror.NoPolicy())
-		return
+		return refused(apierror.NoPolicy())
 	}
 	x.pool = st.pool
-	if !s.upgradeAllowed(x, r, st) {
-		return
+	if o, ok := refuseUpgrade(r, st); !ok {
+		return o
 	}
 	who, err := st.id.Identify(r)
 	x.tier = who.Tier
 	if err != nil {
-		s.refuse(x, apierror.FromIdentity(err))
-		return
+		return refused(apierror.FromIdentity(err))
 	}
 	if st.exempt[r.URL.Path] {
-		s.forwardExempt(x, r, st, who)
-		return
+		return s.forwardExempt(x, r, st, who)
 	}
 	// The body is charged to the budget while it is read and queued; it
 	// leaves it at dispatch, or here on every other end.
@@ -234,39 +193,32 @@ func (s *Server) serve(x *exchange, r *http.Request) {
 	defer charge.Release()
 	body, aerr := s.readBody(x.sw.ResponseWriter, r, who.Tier, &charge)
 	if aerr != nil {
-		s.refuse(x, aerr)
-		if aerr.Cause == queue.CauseOverloaded {
-			began := charge.Bytes() > 0
-			charge.Release()
-			s.discardBody(x.sw.ResponseWriter, r, began)
-		}
-		return
+		// An overloaded refusal holds nothing while the rest of its body
+		// is thrown away (after the refusal, by the exit).
+		overloaded := aerr.Cause == queue.CauseOverloaded
+		return outcome{refusal: aerr, discard: overloaded, began: overloaded && charge.Bytes() > 0}
 	}
 	if body == nil {
-		s.clientGone(x, "")
-		return
+		return clientGone("")
 	}
-	s.queueAndForward(x, r, st, who, body, &charge)
+	return s.queueAndForward(x, r, st, who, body, &charge)
 }
 
 // queueAndForward admits the request, waits for its slot and forwards it,
 // releasing the slot exactly once. The body's charge is released once the
 // request is dispatched: from then on it is in flight, where the slots
 // bound how many bodies are held.
-func (s *Server) queueAndForward(x *exchange, r *http.Request, st *state, who identity.Identity, body []byte, charge *budget.Charge) {
+func (s *Server) queueAndForward(x *exchange, r *http.Request, st *state, who identity.Identity, body []byte, charge *budget.Charge) outcome {
 	h, err := s.q.Admit(who.Tenant, who.Tier)
 	if err != nil {
-		s.refuse(x, apierror.FromQueue(err, who.Tenant, who.Tier, st.tierWait[who.Tier], st.clientTimeout))
-		return
+		return refused(apierror.FromQueue(err, who.Tenant, who.Tier, st.tierWait[who.Tier], st.clientTimeout))
 	}
 	who.Tier, x.tier = h.Tier(), h.Tier()
 	if err := h.Wait(r.Context()); err != nil {
 		if r.Context().Err() != nil && errors.Is(err, r.Context().Err()) {
-			s.clientGone(x, metrics.StageQueued)
-			return
+			return clientGone(metrics.StageQueued)
 		}
-		s.refuse(x, apierror.FromQueue(err, who.Tenant, who.Tier, st.tierWait[who.Tier], st.clientTimeout))
-		return
+		return refused(apierror.FromQueue(err, who.Tenant, who.Tier, st.tierWait[who.Tier], st.clientTimeout))
 	}
 	charge.Release()
 	dispatched := time.Now()
@@ -277,52 +229,13 @@ func (s *Server) queueAndForward(x *exchange, r *http.Request, st *state, who id
 		} else {
 			h.Release()
 		}
-		if se := x.series(); se != nil {
-			se.ObserveService(time.Since(dispatched))
-		} else {
-			s.m.ObserveService(st.pool, who.Tier, time.Since(dispatched))
-		}
+		s.series(x).ObserveService(time.Since(dispatched))
 	}()
 	waited := h.Waited()
-	if se := x.series(); se != nil {
-		se.ObserveWait(waited)
-	} else {
-		s.m.ObserveWait(st.pool, who.Tier, waited)
-	}
+	s.series(x).ObserveWait(waited)
 	if r.Context().Err() != nil {
-		s.clientGone(x, metrics.StageDispatch)
-		return
+		return clientGone(metrics.StageDispatch)
 	}
 	x.sw.Header().Set(apierror.HeaderQueueWaitMs, strconv.FormatInt(waited.Milliseconds(), 10))
-	s.forward(x, r, st, who, body)
-}
-
-// refuse writes e and counts it by cause; requests_total is counted by
-// ServeHTTP from the status written.
-func (s *Server) refuse(x *exchange, e *apierror.Error) {
-	if e.Tier == "" {
-		e.Tier = x.tier // known once the caller is identified
-	}
-	x.tier = e.Tier // a full queue's is the tier the policy in force gave
-	e.Write(&x.sw)
-	s.reject(x, e.Cause)
-}
-
-// reject counts a refusal by cause, on the exchange's cached series when
-// the policy in force has its tier.
-func (s *Server) reject(x *exchange, cause string) {
-	if se := x.series(); se != nil {
-		se.Reject(cause)
-		return
-	}
-	s.m.Reject(x.pool, x.tier, cause)
-}
-
-// clientGone records that the client left; stage "" when it left before
-// admission (nothing to abandon).
-func (s *Server) clientGone(x *exchange, stage string) {
-	if stage != "" {
-		s.m.Abandon(x.pool, x.tier, stage)
-	}
-	x.sw.code = statusClientClosed
+	return s.forward(x, r, st, who, body)
 }

@@ -127,7 +127,7 @@ func newFixtureConfig(t *testing.T, p *policy.Policy, cfg Config) *fixture {
 	if cfg.Forwarder == nil {
 		cfg.Forwarder = forward.New(forward.DefaultOptions())
 	}
-	f.srv, err = New(cfg, f.q, bal, m)
+	f.srv, err = New(withLimits(cfg), f.q, bal, m)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,6 +147,21 @@ func newFixtureConfig(t *testing.T, p *policy.Policy, cfg Config) *fixture {
 		f.srv.fwd.CloseIdle()
 	})
 	return f
+}
+
+// withLimits fills cfg's zero limits with dispatcher.Config's defaults
+// (which this package cannot import): New takes a complete Config.
+func withLimits(cfg Config) Config {
+	if cfg.MaxBodyBytes == 0 {
+		cfg.MaxBodyBytes = 4 << 20
+	}
+	if cfg.BodyTimeout == 0 {
+		cfg.BodyTimeout = 30 * time.Second
+	}
+	if cfg.MaxQueuedBytes == 0 {
+		cfg.MaxQueuedBytes = 256 << 20
+	}
+	return cfg
 }
 
 func testPolicy(mode string, slots int) *policy.Policy {
@@ -284,16 +299,17 @@ func TestDrainWaitsForInFlight(t *testing.T) {
 	}
 }
 
-func TestConfigValidate(t *testing.T) {
+// New takes its Config as it is (dispatcher.Config defaults and checks
+// it) and refuses only what it cannot run with.
+func TestNewRefusesAnIncompleteConfig(t *testing.T) {
+	fwd := forward.New(forward.Options{})
 	tests := map[string]struct {
 		cfg     Config
 		wantErr string
 	}{
-		"defaults":         {cfg: Config{}},
-		"negative body":    {cfg: Config{MaxBodyBytes: -1}, wantErr: "server: MaxBodyBytes must be > 0, got -1"},
-		"negative timeout": {cfg: Config{BodyTimeout: -time.Second}, wantErr: "server: BodyTimeout must be > 0, got -1s"},
-		"a budget smaller than the largest body": {cfg: Config{MaxBodyBytes: 4 << 20, MaxQueuedBytes: 1 << 20},
-			wantErr: "server: MaxQueuedBytes (1 MiB) must be at least MaxBodyBytes (4 MiB), or a body of the largest size would never fit"},
+		"complete":       {cfg: withLimits(Config{Forwarder: fwd})},
+		"no forwarder":   {cfg: withLimits(Config{}), wantErr: "server: Config.Forwarder is nil"},
+		"no body budget": {cfg: Config{MaxBodyBytes: 1, BodyTimeout: time.Second, Forwarder: fwd}, wantErr: "budget: the limit must be > 0, got 0"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -304,6 +320,9 @@ func TestConfigValidate(t *testing.T) {
 			}
 			if got != tc.wantErr {
 				t.Errorf("err %q, want %q", got, tc.wantErr)
+			}
+			if tc.cfg.Forwarder == nil && !errors.Is(err, errNoForwarder) {
+				t.Errorf("err %v is not errNoForwarder", err)
 			}
 		})
 	}

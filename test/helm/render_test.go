@@ -55,6 +55,11 @@ func TestDefaultObjects(t *testing.T) {
 				"--admin-token-file=/var/run/tiergate/push-token/token",
 				"--drain-timeout=30s",
 				"--state=local",
+				"--backend-dial-timeout=5s",
+				"--backend-idle-timeout=90s",
+				"--backend-max-idle-conns-per-host=1024",
+				"--backend-response-header-timeout=300s",
+				"--backend-max-response-header-bytes=1048576",
 				"--memory-limit=$(TIERGATE_MEMORY_LIMIT)",
 			}},
 		}
@@ -370,6 +375,7 @@ func TestRedisFlags(t *testing.T) {
 				"dispatcher", "--listen=:8080", "--admin-listen=:9090",
 				"--admin-token-file=/var/run/tiergate/push-token/token", "--drain-timeout=30s",
 			}, tc.wantArgs...)
+			want = append(want, defaultBackendArgs...)
 			want = append(want, "--memory-limit=$(TIERGATE_MEMORY_LIMIT)") // the default 512Mi limit
 			if diff := cmp.Diff(want, args); diff != "" {
 				t.Errorf("args (-want +got):\n%s", diff)
@@ -594,6 +600,26 @@ func TestBadValues(t *testing.T) {
 		"redis CA key empty": {
 			set:  "redis.tls.caSecret.key=",
 			want: schema + "- at '/redis/tls/caSecret/key': minLength: got 0, want 1",
+		},
+		"backend CA from a Secret and a ConfigMap": {
+			set:  "dispatcher.backend.tls.caSecret.name=a,dispatcher.backend.tls.caConfigMap.name=b",
+			want: failAt + "dispatcher.backend.tls: set caSecret or caConfigMap, not both: the dispatcher takes one CA file",
+		},
+		"backend dial timeout 0": {
+			set:  "dispatcher.backend.dialTimeoutSeconds=0",
+			want: schema + "- at '/dispatcher/backend/dialTimeoutSeconds': exclusiveMinimum: got 0, want 0",
+		},
+		"backend idle connections 0": {
+			set:  "dispatcher.backend.maxIdleConnsPerHost=0",
+			want: schema + "- at '/dispatcher/backend/maxIdleConnsPerHost': minimum: got 0, want 1",
+		},
+		"backend timeout as a duration string": {
+			set:  "dispatcher.backend.responseHeaderTimeoutSeconds=5m",
+			want: schema + "- at '/dispatcher/backend/responseHeaderTimeoutSeconds': got string, want number",
+		},
+		"backend CA key empty": {
+			set:  "dispatcher.backend.tls.caConfigMap.key=",
+			want: schema + "- at '/dispatcher/backend/tls/caConfigMap/key': minLength: got 0, want 1",
 		},
 		"no controller and no controller peer": {
 			set:  "controller.enabled=false,pushToken.existingSecret=x",

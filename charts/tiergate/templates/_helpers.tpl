@@ -137,6 +137,7 @@ controller pushes with the token it created.
 
 {{- define "tiergate.redis.passwordDir" -}}/var/run/tiergate/redis{{- end }}
 {{- define "tiergate.redis.caDir" -}}/var/run/tiergate/redis-ca{{- end }}
+{{- define "tiergate.backend.caDir" -}}/var/run/tiergate/backend-ca{{- end }}
 
 {{/* Cross-field checks the schema cannot express. */}}
 {{- define "tiergate.validate" -}}
@@ -146,6 +147,9 @@ controller pushes with the token it created.
 {{- end }}
 {{- if and $d.maxQueuedBytes (lt (int64 $d.maxQueuedBytes) (int64 (default 4194304 $d.maxBodyBytes))) }}
 {{- fail (printf "dispatcher.maxQueuedBytes (%d) must be at least dispatcher.maxBodyBytes (%d), or a body of the largest size would never fit" (int64 $d.maxQueuedBytes) (int64 (default 4194304 $d.maxBodyBytes))) }}
+{{- end }}
+{{- if and $d.backend.tls.caSecret.name $d.backend.tls.caConfigMap.name }}
+{{- fail "dispatcher.backend.tls: set caSecret or caConfigMap, not both: the dispatcher takes one CA file" }}
 {{- end }}
 {{- if eq (int $d.dataPort) (int $d.adminPort) }}
 {{- fail (printf "dispatcher.dataPort and dispatcher.adminPort must differ (both are %d)" (int $d.dataPort)) }}
