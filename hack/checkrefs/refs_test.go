@@ -32,45 +32,45 @@ func TestCheck(t *testing.T) {
 			"[the design](architecture.md), [fleet](./fleet.md#leases), [up](../README.md)",
 			"[root](/hack/tools.sh) and [ref]: fleet.md",
 			"docs/fleet.md, `hack/tools.sh`, dispatcher/queue's doc, fleet.md (beside this file)",
-			"https://example.com/OLD-DESIGN.md, <https://x.y/docs/gone.md>, [web](http://a/b.md), [top](#design), mailto:x@y.md",
+			"https://example.com/OLD-NOTES.md, <https://x.y/docs/gone.md>, [web](http://a/b.md), [top](#design), mailto:x@y.md",
 			"patterns: docs/*.md, hack/{a,b}.sh, docs/<name>.md, $ROOT/docs/x.md, /tmp/docs/x.md",
 			"prose: 3/4 of bin/k8s, ./hack/tools.sh., a word ending in \".md\"",
 		}, "\n"), nil},
 		"markdown misses": {"docs/new.md", strings.Join([]string{
 			"[gone](gone.md) and [rooted](/docs/gone.md)",
-			"OLD-DESIGN.md section 4, hack/foo.sh, dispatcher/policy",
+			"OLD-NOTES.md section 4, hack/foo.sh, dispatcher/policy",
 			"[ref]: ../nowhere/x.md",
 			"[x](architecture.md \"title\") [y](<missing.md>)",
 		}, "\n"), []string{
 			"docs/new.md:1: reference to missing path gone.md",
 			"docs/new.md:1: reference to missing path /docs/gone.md",
-			"docs/new.md:2: reference to missing path OLD-DESIGN.md",
+			"docs/new.md:2: reference to missing path OLD-NOTES.md",
 			"docs/new.md:2: reference to missing path hack/foo.sh",
 			"docs/new.md:2: reference to missing path dispatcher/policy",
 			"docs/new.md:3: reference to missing path ../nowhere/x.md",
 			"docs/new.md:4: reference to missing path missing.md",
 		}},
 		"go comments only": {"dispatcher/queue/x.go", strings.Join([]string{
-			"// Package queue (OLD-DESIGN.md section 5) is described in",
+			"// Package queue (OLD-NOTES.md section 5) is described in",
 			"// docs/architecture.md and hack/tools.sh.",
 			"package queue",
 			"",
 			`var s = "docs/gone.md hack/gone.sh" // but not hack/gone2.sh`,
 			"/* a block comment",
 			"   naming charts/c/values.yaml and charts/c/gone.yaml */",
-			"var r = `OLD-DESIGN.md`",
+			"var r = `OLD-NOTES.md`",
 		}, "\n"), []string{
-			"dispatcher/queue/x.go:1: reference to missing path OLD-DESIGN.md",
+			"dispatcher/queue/x.go:1: reference to missing path OLD-NOTES.md",
 			"dispatcher/queue/x.go:5: reference to missing path hack/gone2.sh",
 			"dispatcher/queue/x.go:7: reference to missing path charts/c/gone.yaml",
 		}},
 		"hash comments": {"hack/x.sh", strings.Join([]string{
 			"#!/usr/bin/env bash",
-			"# Builds what hack/tools.sh and OLD-DESIGN.md say.",
+			"# Builds what hack/tools.sh and OLD-NOTES.md say.",
 			`echo "$#" docs/gone.md # an inline comment is not judged: docs/gone2.md`,
 			"  # indented: docs/gone3.md",
 		}, "\n"), []string{
-			"hack/x.sh:2: reference to missing path OLD-DESIGN.md",
+			"hack/x.sh:2: reference to missing path OLD-NOTES.md",
 			"hack/x.sh:4: reference to missing path docs/gone3.md",
 		}},
 	}
@@ -125,8 +125,8 @@ func TestRun(t *testing.T) {
 	git("add", "-A")
 	// Untracked work in progress is not judged, nor a tracked file
 	// deleted in the work tree.
-	write("notes.md", "OLD-DESIGN.md\n")
-	write("old.md", "OLD-DESIGN.md\n")
+	write("notes.md", "OLD-NOTES.md\n")
+	write("old.md", "OLD-NOTES.md\n")
 	git("add", "old.md")
 	if err := os.Remove(filepath.Join(dir, "old.md")); err != nil {
 		t.Fatal(err)
@@ -137,9 +137,9 @@ func TestRun(t *testing.T) {
 		t.Errorf("clean tree: exit %d, stdout %q, stderr %q", code, stdout, stderr)
 	}
 
-	write("docs/architecture.md", "# Design\n\nOnce in [the brief](../OLD-DESIGN.md); see hack/gone.sh.\n")
+	write("docs/architecture.md", "# Design\n\nOnce in [the brief](../OLD-NOTES.md); see hack/gone.sh.\n")
 	stdout, stderr, code = runCaptured(t, dir)
-	want := "docs/architecture.md:3: reference to missing path ../OLD-DESIGN.md\n" +
+	want := "docs/architecture.md:3: reference to missing path ../OLD-NOTES.md\n" +
 		"docs/architecture.md:3: reference to missing path hack/gone.sh\n"
 	if code != 1 || stdout != "" || stderr != want {
 		t.Errorf("dangling references: exit %d, stdout %q, stderr %q, want exit 1 and stderr %q", code, stdout, stderr, want)

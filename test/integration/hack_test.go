@@ -316,7 +316,7 @@ func TestVerifyFailsOnStaleGeneratedFiles(t *testing.T) {
 	edit(t, dir, "api/v1alpha1/zz_generated.deepcopy.go", "package v1alpha1\n", "package v1alpha1\n\n// edited by hand\n")
 	edit(t, dir, "api/v1alpha1/common_types.go", "package v1alpha1\n", "package v1alpha1\nvar  unformatted = 1\n")
 	// And a doc naming a file the tree does not have.
-	edit(t, dir, "docs/fleet.md", "(Redis)\n\n", "(Redis)\n\nSee hack/gone.sh and [the old design](../OLD-DESIGN.md).\n")
+	edit(t, dir, "docs/fleet.md", "(Redis)\n\n", "(Redis)\n\nSee hack/gone.sh and [the old design](../OLD-NOTES.md).\n")
 
 	_, stderr, code = script(t, dir, "hack/verify.sh")
 	if code != 1 {
@@ -327,7 +327,7 @@ func TestVerifyFailsOnStaleGeneratedFiles(t *testing.T) {
 		"verify: charts/tiergate/crds is stale; run 'make manifests generate' and commit the result\n",
 		"verify: api/v1alpha1/zz_generated.deepcopy.go is stale; run 'make manifests generate' and commit the result\n",
 		"verify: not gofmt-ed (run 'make fmt'):\napi/v1alpha1/common_types.go\n",
-		"docs/fleet.md:3: reference to missing path ../OLD-DESIGN.md\n" +
+		"docs/fleet.md:3: reference to missing path ../OLD-NOTES.md\n" +
 			"docs/fleet.md:3: reference to missing path hack/gone.sh\n" +
 			"verify: dangling references (fix the path or the reference)\n",
 		"-" + strings.Repeat(" ", 16) + "- message: tenantShare must be greater than 0 and at most 1\n",
