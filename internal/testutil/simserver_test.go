@@ -14,7 +14,7 @@ import (
 // post sends a completion request for tenant to simserver.
 func post(t *testing.T, s *Simserver, tenant string) {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodPost, "http://"+s.Addr+"/v1/completions", strings.NewReader(`{"max_tokens":1}`))
+	req, err := http.NewRequest(http.MethodPost, "http://"+s.Addr+"/v1/completions", strings.NewReader(`{"max_tokens":1,"prompt":"12345678"}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,9 +34,10 @@ func TestSimserver(t *testing.T) {
 	s := StartSimserver(t, binaries(t).Simserver, SimOptions{Args: []string{"--service-time", "0"}})
 	post(t, s, "a")
 	post(t, s, "b")
-	one := SimCounters{PeakActive: 1, PeakGenerating: 1, Requests: 1, Completed: 1}
+	// 8 bytes at the default 4 bytes per token, and the one token asked for.
+	one := SimCounters{PeakActive: 1, PeakGenerating: 1, Requests: 1, Completed: 1, PromptTokens: 2, CompletionTokens: 1}
 	want := SimStats{
-		SimCounters: SimCounters{PeakActive: 1, PeakGenerating: 1, Requests: 2, Completed: 2},
+		SimCounters: SimCounters{PeakActive: 1, PeakGenerating: 1, Requests: 2, Completed: 2, PromptTokens: 4, CompletionTokens: 2},
 		Tenants:     map[string]SimCounters{"a": one, "b": one},
 		Arrivals:    []SimArrival{{Tenant: "a", RequestID: "r-a"}, {Tenant: "b", RequestID: "r-b"}},
 	}
