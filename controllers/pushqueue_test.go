@@ -112,6 +112,23 @@ func (h *pusherHarness) expect(t *testing.T, uid types.UID, want pushEvent) {
 	}
 }
 
+// stepUntilAttempt steps the fake clock by d until an attempt finishes, at
+// most steps times. client-go's delaying queue reads the clock on its own
+// goroutine when it takes a deferred key, so a single step can land before
+// the key is waiting and miss it.
+func (h *pusherHarness) stepUntilAttempt(t *testing.T, d time.Duration, steps int) {
+	t.Helper()
+	for range steps {
+		h.clk.Step(d)
+		select {
+		case <-h.notify:
+			return
+		case <-time.After(time.Second):
+		}
+	}
+	t.Fatalf("no push attempt finished within %d steps of %s", steps, d)
+}
+
 // noAttempt asserts that no attempt has finished that next did not take.
 func (h *pusherHarness) noAttempt(t *testing.T) {
 	t.Helper()
@@ -307,8 +324,7 @@ func TestPusherAFailedNewVersionBacksOffForTheDoubledDelay(t *testing.T) {
 	h.clk.Step(250 * time.Millisecond)
 	h.expect(t, "u1", pushDeferred)
 	h.noAttempt(t)
-	h.clk.Step(250 * time.Millisecond)
-	h.next(t)
+	h.stepUntilAttempt(t, 250*time.Millisecond, 8)
 	if got := d.putCount(); got != 3 {
 		t.Errorf("PUTs = %d, want 3", got)
 	}
