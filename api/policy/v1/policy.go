@@ -58,6 +58,59 @@ type Policy struct {
 	Tiers    []Tier    `json:"tiers"`
 	Tenants  []Tenant  `json:"tenants,omitempty"`
 	Backends []Backend `json:"backends"`
+
+	// Tokens is how the dispatcher estimates a request's tokens (schema
+	// revision 2); nil uses DefaultMaxTokens.
+	Tokens *Tokens `json:"tokens,omitempty"`
+}
+
+// DefaultMaxTokens is the output a request may use when it names no
+// maximum and the policy gives no Tokens.DefaultMaxTokens.
+const DefaultMaxTokens = 1024
+
+// Tokens is the pool's token accounting.
+type Tokens struct {
+	// DefaultMaxTokens is the output tokens reserved for a request that
+	// names neither max_completion_tokens nor max_tokens; 0 is
+	// DefaultMaxTokens.
+	DefaultMaxTokens int `json:"defaultMaxTokens,omitempty"`
+}
+
+// MaxTokens is the policy's default output reservation.
+func (p *Policy) MaxTokens() int {
+	if p.Tokens != nil && p.Tokens.DefaultMaxTokens > 0 {
+		return p.Tokens.DefaultMaxTokens
+	}
+	return DefaultMaxTokens
+}
+
+// Limits are one tenant's budgets, each a token bucket that holds a
+// minute's worth and refills continuously; 0 (absent) is no budget.
+type Limits struct {
+	RequestsPerMinute int64 `json:"requestsPerMinute,omitempty"`
+	TokensPerMinute   int64 `json:"tokensPerMinute,omitempty"`
+}
+
+// IsZero says whether l sets no budget.
+func (l Limits) IsZero() bool { return l.RequestsPerMinute == 0 && l.TokensPerMinute == 0 }
+
+// LimitsOf are the budgets of tenant in tier: its own Limits when set,
+// else the tier's TenantLimits, else none. Each of the two fields falls
+// back on its own, so a tenant may set tokens and inherit requests.
+func LimitsOf(tenant *Tenant, tier *Tier) Limits {
+	var l Limits
+	if tier != nil && tier.TenantLimits != nil {
+		l = *tier.TenantLimits
+	}
+	if tenant != nil && tenant.Limits != nil {
+		if tenant.Limits.RequestsPerMinute > 0 {
+			l.RequestsPerMinute = tenant.Limits.RequestsPerMinute
+		}
+		if tenant.Limits.TokensPerMinute > 0 {
+			l.TokensPerMinute = tenant.Limits.TokensPerMinute
+		}
+	}
+	return l
 }
 
 // Authentication says how the dispatcher identifies a tenant.
@@ -79,6 +132,10 @@ type Tier struct {
 	QueueBound             int     `json:"queueBound"`
 	TenantConcurrencyLimit int     `json:"tenantConcurrencyLimit"`
 	TenantQueueLimit       int     `json:"tenantQueueLimit"`
+	// TenantLimits are the budgets of each tenant of the tier that sets
+	// none of its own, the default tier's unknown tenants included
+	// (schema revision 2).
+	TenantLimits *Limits `json:"tenantLimits,omitempty"`
 }
 
 // Tenant is a known tenant. MaxConcurrency, when set, replaces the tier's
@@ -88,6 +145,8 @@ type Tenant struct {
 	Tier           string   `json:"tier"`
 	MaxConcurrency int      `json:"maxConcurrency,omitempty"`
 	APIKeySHA256   []string `json:"apiKeySHA256,omitempty"`
+	// Limits are the tenant's own budgets (schema revision 2).
+	Limits *Limits `json:"limits,omitempty"`
 }
 
 // Backend is one ready model replica.

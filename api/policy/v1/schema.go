@@ -4,12 +4,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 )
 
 // SchemaVersion is the newest revision of the Policy schema this build
 // reads and writes. Revision 0 is the document before it named its
-// schema (no schemaVersion field); revision 1 adds schemaVersion itself.
-const SchemaVersion = 1
+// schema (no schemaVersion field); revision 1 adds schemaVersion itself;
+// revision 2 the token budgets (tokens, tiers[].tenantLimits,
+// tenants[].limits).
+const SchemaVersion = 2
 
 // SchemaHeader is the admin API's response header that carries the
 // dispatcher's SchemaVersion, on every answer, errors included, so the
@@ -72,10 +75,39 @@ type Field struct {
 // registry lists Fields oldest first.
 type registry []Field
 
-// fields is the registry of this build. The first field of revision 2 (the
-// token budgets) goes here; TestSchemaFieldsAreRegistered fails on a
-// Policy field that is neither in revision 0 nor here.
-var fields = registry{}
+// fields is the registry of this build; TestSchemaFieldsAreRegistered
+// fails on a Policy field that is neither in revision 0 nor here.
+var fields = registry{
+	{
+		Name: "tokens", Since: 2,
+		InUse: func(p *Policy) bool { return p.Tokens != nil },
+		Clear: func(p *Policy) { p.Tokens = nil },
+	},
+	{
+		Name: "tiers[].tenantLimits", Since: 2,
+		InUse: func(p *Policy) bool {
+			return slices.ContainsFunc(p.Tiers, func(t Tier) bool { return t.TenantLimits != nil })
+		},
+		Clear: func(p *Policy) {
+			p.Tiers = slices.Clone(p.Tiers)
+			for i := range p.Tiers {
+				p.Tiers[i].TenantLimits = nil
+			}
+		},
+	},
+	{
+		Name: "tenants[].limits", Since: 2,
+		InUse: func(p *Policy) bool {
+			return slices.ContainsFunc(p.Tenants, func(t Tenant) bool { return t.Limits != nil })
+		},
+		Clear: func(p *Policy) {
+			p.Tenants = slices.Clone(p.Tenants)
+			for i := range p.Tenants {
+				p.Tenants[i].Limits = nil
+			}
+		},
+	},
+}
 
 // At returns p as a dispatcher of revision rev understands it: every
 // field newer than rev cleared and SchemaVersion set to rev (so omitted at

@@ -59,6 +59,7 @@ func (p *Policy) Validate() error {
 	c.tenants(p.Tenants, tiers)
 	c.backends(p.Backends)
 	c.coldStart(p)
+	c.tokens(p.Tokens)
 	if len(c.errs) == 0 {
 		return nil
 	}
@@ -133,6 +134,7 @@ func (c *checker) tiers(ts []Tier) map[string]int {
 		if t.TenantQueueLimit < 1 {
 			c.add(f+".tenantQueueLimit", "must be >= 1, got %d", t.TenantQueueLimit)
 		}
+		c.limits(f+".tenantLimits", t.TenantLimits)
 	}
 	return names
 }
@@ -160,6 +162,31 @@ func (c *checker) tenants(tns []Tenant, tiers map[string]int) {
 			c.add(f+".maxConcurrency", "must be >= 1 when set, got %d", tn.MaxConcurrency)
 		}
 		c.keyHashes(f, tn.APIKeySHA256, hashes)
+		c.limits(f+".limits", tn.Limits)
+	}
+}
+
+// limits checks one set of budgets: each is > 0 when given, and a set
+// that gives neither is a mistake rather than "no budget".
+func (c *checker) limits(f string, l *Limits) {
+	if l == nil {
+		return
+	}
+	if l.RequestsPerMinute < 0 {
+		c.add(f+".requestsPerMinute", "must be >= 1 when set, got %d", l.RequestsPerMinute)
+	}
+	if l.TokensPerMinute < 0 {
+		c.add(f+".tokensPerMinute", "must be >= 1 when set, got %d", l.TokensPerMinute)
+	}
+	if l.IsZero() {
+		c.add(f, "sets neither requestsPerMinute nor tokensPerMinute")
+	}
+}
+
+// tokens checks the token accounting.
+func (c *checker) tokens(t *Tokens) {
+	if t != nil && t.DefaultMaxTokens < 0 {
+		c.add("tokens.defaultMaxTokens", "must be >= 1 when set, got %d", t.DefaultMaxTokens)
 	}
 }
 
