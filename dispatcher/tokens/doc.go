@@ -1,5 +1,5 @@
 // Package tokens makes tokens the unit of a request's cost
-// (docs/tokens.md): it estimates what an OpenAI-compatible request will
+// (the tokens guide in docs): it estimates what an OpenAI-compatible request will
 // use before it runs, meters what the answer says it used, and keeps the
 // per-tenant budgets (token buckets of requests and tokens per minute)
 // that a request reserves at admission and settles when its answer ends.
@@ -16,7 +16,7 @@
 //     chunk, else the content chunks it streamed.
 //   - Limiter is the budgets' contract. Local keeps the buckets in this
 //     process; dispatcher/fleet keeps them in Redis with the same
-//     semantics, and internal/limitertest holds both to them.
+//     semantics, and a conformance suite holds both to them.
 //
 // Nothing here imports net/http or a Kubernetes package; all time comes
 // from an injected clock.
