@@ -1,0 +1,294 @@
+package tokens
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"math"
+
+	policy "github.com/tiergate/tiergate/api/policy/v1"
+)
+
+// No tokenizer library: the Go ports of tiktoken (github.com/pkoukk/
+// tiktoken-go and its forks) fetch their vocabularies at run time unless a
+// separate loader module embeds megabytes of them, and they encode
+// OpenAI's vocabularies only, not those of the models a vLLM pool serves
+// (Llama, Qwen, Mistral...). A ratio learned from the pool's own
+// usage.prompt_tokens fits whatever model it serves, chat template
+// included, at no cost per request.
+
+// The OpenAI-compatible paths Estimate understands.
+const (
+	PathChat        = "/v1/chat/completions"
+	PathCompletions = "/v1/completions"
+	PathEmbeddings  = "/v1/embeddings"
+)
+
+// DefaultBytesPerToken is the ratio a pool starts from: English text in
+// the common BPE vocabularies runs at about four bytes per token.
+const DefaultBytesPerToken = 4
+
+// MaxOutput caps the output a body can ask for (max_tokens × n × prompts).
+// It is far beyond any model's context, so such a request is refused as
+// Never by any budget, and the sums stay far from overflow.
+const MaxOutput = 1 << 40
+
+// Shape is the kind of request a Cost was estimated from.
+type Shape int
+
+// The shapes. Other is also a JSON path whose body is not a JSON object.
+const (
+	Other Shape = iota
+	Chat
+	Completion
+	Embedding
+)
+
+// String names the shape, for logs and tests.
+func (s Shape) String() string {
+	switch s {
+	case Chat:
+		return "chat"
+	case Completion:
+		return "completion"
+	case Embedding:
+		return "embedding"
+	default:
+		return "other"
+	}
+}
+
+// Cost is a request's estimated tokens.
+type Cost struct {
+	// Prompt is the prompt's estimated tokens: its text's bytes ÷ the
+	// ratio, rounded up, plus any token ids it sends as such.
+	Prompt int64
+	// Output is the most the answer may generate: 0 for embeddings and
+	// Other.
+	Output int64
+	// PromptBytes is the prompt text's bytes, what Ratio.Observe learns
+	// from. It is 0 for Other (a raw body is no prompt text) and for
+	// prompts sent as token ids.
+	PromptBytes int64
+	Shape       Shape
+	// Stream: the body asks for a stream ("stream": true).
+	Stream bool
+	// IncludeUsage: the stream asks for a final usage chunk
+	// (stream_options.include_usage).
+	IncludeUsage bool
+}
+
+// Reservation is what the request reserves at admission.
+func (c Cost) Reservation() int64 { return c.Prompt + c.Output }
+
+// request is the part of a body Estimate reads; the polymorphic fields
+// stay raw and are read by their own functions.
+type request struct {
+	Messages []struct {
+		Content json.RawMessage `json:"content"`
+	} `json:"messages"`
+	Prompt json.RawMessage `json:"prompt"`
+	Input  json.RawMessage `json:"input"`
+	// Numbers as float64, so 1e3 and 1000.0 read as what they say and a
+	// huge value saturates instead of failing.
+	MaxCompletionTokens *float64 `json:"max_completion_tokens"`
+	MaxTokens           *float64 `json:"max_tokens"`
+	N                   *float64 `json:"n"`
+	Stream              bool     `json:"stream"`
+	StreamOptions       *struct {
+		IncludeUsage bool `json:"include_usage"`
+	} `json:"stream_options"`
+}
+
+// Estimate is the cost of a request to path (the URL's path, no query)
+// with body, at bytesPerToken (a Ratio's Value; brought into
+// [MinBytesPerToken, MaxBytesPerToken], NaN read as the default) and the
+// policy's defaultMaxTokens (below 1: policy.DefaultMaxTokens). A body that is not a JSON object, or a path that is
+// not one of the three, costs len(body) ÷ bytesPerToken with no output.
+// A field of the wrong type is ignored (as if absent): the backend will
+// refuse such a body, and its settlement gives the reservation back.
+func Estimate(path string, body []byte, bytesPerToken float64, defaultMaxTokens int) Cost {
+	bytesPerToken = clampRatio(bytesPerToken)
+	if defaultMaxTokens < 1 {
+		defaultMaxTokens = policy.DefaultMaxTokens
+	}
+	shape := shapeOf(path)
+	var r request
+	if shape != Other && !decode(body, &r) {
+		shape = Other
+	}
+	var text, ids, prompts int64
+	switch shape {
+	case Chat:
+		for _, m := range r.Messages {
+			text += contentBytes(m.Content)
+		}
+		prompts = 1
+	case Completion:
+		text, ids, prompts = promptParts(r.Prompt)
+	case Embedding:
+		text, ids, _ = promptParts(r.Input)
+	default:
+		return Cost{Prompt: promptTokensOf(int64(len(body)), 0, bytesPerToken)}
+	}
+	c := Cost{
+		Prompt:      promptTokensOf(text, ids, bytesPerToken),
+		PromptBytes: text,
+		Shape:       shape,
+		Stream:      r.Stream,
+	}
+	c.IncludeUsage = r.Stream && r.StreamOptions != nil && r.StreamOptions.IncludeUsage
+	if shape != Embedding {
+		c.Output = output(&r, max(prompts, 1), defaultMaxTokens)
+	}
+	return c
+}
+
+func shapeOf(path string) Shape {
+	switch path {
+	case PathChat:
+		return Chat
+	case PathCompletions:
+		return Completion
+	case PathEmbeddings:
+		return Embedding
+	default:
+		return Other
+	}
+}
+
+// decode reads body into v, keeping what decoded around fields of the
+// wrong type (encoding/json goes on past an UnmarshalTypeError). It is
+// false when body is not a JSON object.
+func decode(body []byte, v any) bool {
+	if t := bytes.TrimLeft(body, " \t\r\n"); len(t) == 0 || t[0] != '{' {
+		return false
+	}
+	err := json.Unmarshal(body, v)
+	var typeErr *json.UnmarshalTypeError
+	return err == nil || errors.As(err, &typeErr)
+}
+
+// promptTokensOf is text ÷ ratio rounded up, plus the ids, and at least 1
+// for a prompt that is not empty.
+func promptTokensOf(text, ids int64, bytesPerToken float64) int64 {
+	n := ids + int64(math.Ceil(float64(text)/bytesPerToken))
+	if n < 1 && text+ids > 0 {
+		n = 1
+	}
+	return n
+}
+
+// output is the most the answer may generate: max_completion_tokens, else
+// max_tokens, else the default, times n, times the prompts of a batched
+// completion (each prompt gets n choices). A maximum below 1 counts as
+// absent, as vLLM reads `max_completion_tokens or max_tokens` (a negative
+// one it refuses anyway); n below 1 counts as 1. The product is rounded
+// up and saturates at MaxOutput.
+func output(r *request, prompts int64, defaultMaxTokens int) int64 {
+	limit := float64(defaultMaxTokens)
+	switch {
+	case r.MaxCompletionTokens != nil && *r.MaxCompletionTokens >= 1:
+		limit = *r.MaxCompletionTokens
+	case r.MaxTokens != nil && *r.MaxTokens >= 1:
+		limit = *r.MaxTokens
+	}
+	n := 1.0
+	if r.N != nil && *r.N >= 1 {
+		n = *r.N
+	}
+	out := math.Ceil(limit) * math.Ceil(n) * float64(prompts)
+	if out >= MaxOutput {
+		return MaxOutput
+	}
+	return int64(out)
+}
+
+// contentBytes is a chat message's text: its content string, or the text
+// of its parts (image and audio parts carry no text and count nothing).
+func contentBytes(raw json.RawMessage) int64 {
+	switch firstByte(raw) {
+	case '"':
+		var s string
+		if json.Unmarshal(raw, &s) == nil {
+			return int64(len(s))
+		}
+	case '[':
+		var parts []struct {
+			Text string `json:"text"`
+		}
+		if decodeArray(raw, &parts) {
+			var n int64
+			for _, p := range parts {
+				n += int64(len(p.Text))
+			}
+			return n
+		}
+	}
+	return 0
+}
+
+// promptParts reads a completion's prompt or an embedding's input: a
+// string, an array of strings, an array of token ids or an array of such
+// arrays. It returns the text's bytes, the token ids, and how many prompts
+// the batch holds.
+func promptParts(raw json.RawMessage) (text, ids, prompts int64) {
+	switch firstByte(raw) {
+	case '"':
+		var s string
+		if json.Unmarshal(raw, &s) == nil {
+			return int64(len(s)), 0, 1
+		}
+		return 0, 0, 0
+	case '[':
+	default:
+		return 0, 0, 0
+	}
+	// An array: its first element says which of the three it is.
+	switch firstByte(bytes.TrimLeft(raw, " \t\r\n")[1:]) {
+	case ']':
+		return 0, 0, 0
+	case '"':
+		var ss []string
+		if decodeArray(raw, &ss) {
+			for _, s := range ss {
+				text += int64(len(s))
+			}
+			return text, 0, int64(len(ss))
+		}
+	case '[':
+		var nested [][]float64
+		if decodeArray(raw, &nested) {
+			for _, p := range nested {
+				ids += int64(len(p))
+			}
+			return 0, ids, int64(len(nested))
+		}
+	default:
+		var flat []float64
+		if decodeArray(raw, &flat) {
+			return 0, int64(len(flat)), 1
+		}
+	}
+	return 0, 0, 0
+}
+
+// decodeArray is decode for an array value: an element of the wrong type
+// is left zero and the rest still count.
+func decodeArray(raw json.RawMessage, v any) bool {
+	err := json.Unmarshal(raw, v)
+	var typeErr *json.UnmarshalTypeError
+	return err == nil || errors.As(err, &typeErr)
+}
+
+// firstByte is the first byte of raw after white space, 0 when none.
+func firstByte(raw []byte) byte {
+	for _, b := range raw {
+		switch b {
+		case ' ', '\t', '\r', '\n':
+		default:
+			return b
+		}
+	}
+	return 0
+}
