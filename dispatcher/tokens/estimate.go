@@ -81,30 +81,51 @@ type Cost struct {
 // Reservation is what the request reserves at admission.
 func (c Cost) Reservation() int64 { return c.Prompt + c.Output }
 
-// request is the part of a body Estimate reads; the polymorphic fields
-// stay raw and are read by their own functions.
-type request struct {
-	Messages []struct {
-		Content json.RawMessage `json:"content"`
-	} `json:"messages"`
-	Prompt json.RawMessage `json:"prompt"`
-	Input  json.RawMessage `json:"input"`
-	// Numbers as float64, so 1e3 and 1000.0 read as what they say and a
-	// huge value saturates instead of failing.
-	MaxCompletionTokens *float64 `json:"max_completion_tokens"`
-	MaxTokens           *float64 `json:"max_tokens"`
-	N                   *float64 `json:"n"`
-	Stream              bool     `json:"stream"`
-	StreamOptions       *struct {
-		IncludeUsage bool `json:"include_usage"`
-	} `json:"stream_options"`
+// object is a JSON object's members by their exact names. Estimate reads
+// requests through it, not through structs: encoding/json matches a
+// struct's fields to keys case-insensitively and lets a later match
+// overwrite an earlier one, while the servers behind read names exactly,
+// so a "Content": "" or "MAX_TOKENS": 1 beside the real key would hide
+// the prompt or the output the server will see. A repeated key counts
+// once, the last, as Python's json reads it.
+type object map[string]json.RawMessage
+
+// objectOf decodes raw as an object; false when it is not one.
+func objectOf(raw []byte) (object, bool) {
+	if firstByte(raw) != '{' {
+		return nil, false
+	}
+	var o object
+	if json.Unmarshal(raw, &o) != nil {
+		return nil, false
+	}
+	return o, true
+}
+
+// number is o[name] as a number; false when absent or not a number.
+// Numbers read as float64, so 1e3 and 1000.0 mean what they say and a
+// huge one saturates instead of failing.
+func (o object) number(name string) (float64, bool) {
+	var f float64
+	if raw, ok := o[name]; !ok || json.Unmarshal(raw, &f) != nil {
+		return 0, false
+	}
+	return f, true
+}
+
+// flag is o[name] when it is true; false for anything else.
+func (o object) flag(name string) bool {
+	var b bool
+	raw, ok := o[name]
+	return ok && json.Unmarshal(raw, &b) == nil && b
 }
 
 // Estimate is the cost of a request to path (the URL's path, no query)
 // with body, at bytesPerToken (a Ratio's Value; brought into
 // [MinBytesPerToken, MaxBytesPerToken], NaN read as the default) and the
-// policy's defaultMaxTokens (below 1: policy.DefaultMaxTokens). A body that is not a JSON object, or a path that is
-// not one of the three, costs len(body) ÷ bytesPerToken with no output.
+// policy's defaultMaxTokens (below 1: policy.DefaultMaxTokens). A body
+// that is not a JSON object, or a path that is not one of the three,
+// costs len(body) ÷ bytesPerToken with no output.
 // A field of the wrong type is ignored (as if absent): the backend will
 // refuse such a body, and its settlement gives the reservation back.
 func Estimate(path string, body []byte, bytesPerToken float64, defaultMaxTokens int) Cost {
@@ -113,21 +134,21 @@ func Estimate(path string, body []byte, bytesPerToken float64, defaultMaxTokens 
 		defaultMaxTokens = policy.DefaultMaxTokens
 	}
 	shape := shapeOf(path)
-	var r request
-	if shape != Other && !decode(body, &r) {
-		shape = Other
+	var o object
+	if shape != Other {
+		var ok bool
+		if o, ok = objectOf(body); !ok {
+			shape = Other
+		}
 	}
 	var text, ids, prompts int64
 	switch shape {
 	case Chat:
-		for _, m := range r.Messages {
-			text += contentBytes(m.Content)
-		}
-		prompts = 1
+		text, prompts = messagesBytes(o["messages"]), 1
 	case Completion:
-		text, ids, prompts = promptParts(r.Prompt)
+		text, ids, prompts = promptParts(o["prompt"])
 	case Embedding:
-		text, ids, _ = promptParts(r.Input)
+		text, ids, _ = promptParts(o["input"])
 	default:
 		return Cost{Prompt: promptTokensOf(int64(len(body)), 0, bytesPerToken)}
 	}
@@ -135,11 +156,13 @@ func Estimate(path string, body []byte, bytesPerToken float64, defaultMaxTokens 
 		Prompt:      promptTokensOf(text, ids, bytesPerToken),
 		PromptBytes: text,
 		Shape:       shape,
-		Stream:      r.Stream,
+		Stream:      o.flag("stream"),
 	}
-	c.IncludeUsage = r.Stream && r.StreamOptions != nil && r.StreamOptions.IncludeUsage
+	if opts, ok := objectOf(o["stream_options"]); ok {
+		c.IncludeUsage = c.Stream && opts.flag("include_usage")
+	}
 	if shape != Embedding {
-		c.Output = output(&r, max(prompts, 1), defaultMaxTokens)
+		c.Output = output(o, max(prompts, 1), defaultMaxTokens)
 	}
 	return c
 }
@@ -155,18 +178,6 @@ func shapeOf(path string) Shape {
 	default:
 		return Other
 	}
-}
-
-// decode reads body into v, keeping what decoded around fields of the
-// wrong type (encoding/json goes on past an UnmarshalTypeError). It is
-// false when body is not a JSON object.
-func decode(body []byte, v any) bool {
-	if t := bytes.TrimLeft(body, " \t\r\n"); len(t) == 0 || t[0] != '{' {
-		return false
-	}
-	err := json.Unmarshal(body, v)
-	var typeErr *json.UnmarshalTypeError
-	return err == nil || errors.As(err, &typeErr)
 }
 
 // promptTokensOf is text ÷ ratio rounded up, plus the ids, and at least 1
@@ -185,17 +196,16 @@ func promptTokensOf(text, ids int64, bytesPerToken float64) int64 {
 // absent, as vLLM reads `max_completion_tokens or max_tokens` (a negative
 // one it refuses anyway); n below 1 counts as 1. The product is rounded
 // up and saturates at MaxOutput.
-func output(r *request, prompts int64, defaultMaxTokens int) int64 {
+func output(o object, prompts int64, defaultMaxTokens int) int64 {
 	limit := float64(defaultMaxTokens)
-	switch {
-	case r.MaxCompletionTokens != nil && *r.MaxCompletionTokens >= 1:
-		limit = *r.MaxCompletionTokens
-	case r.MaxTokens != nil && *r.MaxTokens >= 1:
-		limit = *r.MaxTokens
+	if v, ok := o.number("max_completion_tokens"); ok && v >= 1 {
+		limit = v
+	} else if v, ok := o.number("max_tokens"); ok && v >= 1 {
+		limit = v
 	}
 	n := 1.0
-	if r.N != nil && *r.N >= 1 {
-		n = *r.N
+	if v, ok := o.number("n"); ok && v >= 1 {
+		n = v
 	}
 	out := math.Ceil(limit) * math.Ceil(n) * float64(prompts)
 	if out >= MaxOutput {
@@ -204,28 +214,50 @@ func output(r *request, prompts int64, defaultMaxTokens int) int64 {
 	return int64(out)
 }
 
+// messagesBytes is the text of a chat request's messages.
+func messagesBytes(raw json.RawMessage) int64 {
+	var messages []json.RawMessage
+	if json.Unmarshal(raw, &messages) != nil {
+		return 0
+	}
+	var n int64
+	for _, m := range messages {
+		if o, ok := objectOf(m); ok {
+			n += contentBytes(o["content"])
+		}
+	}
+	return n
+}
+
 // contentBytes is a chat message's text: its content string, or the text
 // of its parts (image and audio parts carry no text and count nothing).
 func contentBytes(raw json.RawMessage) int64 {
 	switch firstByte(raw) {
 	case '"':
-		var s string
-		if json.Unmarshal(raw, &s) == nil {
-			return int64(len(s))
-		}
+		return stringBytes(raw)
 	case '[':
-		var parts []struct {
-			Text string `json:"text"`
+		var parts []json.RawMessage
+		if json.Unmarshal(raw, &parts) != nil {
+			return 0
 		}
-		if decodeArray(raw, &parts) {
-			var n int64
-			for _, p := range parts {
-				n += int64(len(p.Text))
+		var n int64
+		for _, p := range parts {
+			if o, ok := objectOf(p); ok {
+				n += stringBytes(o["text"])
 			}
-			return n
 		}
+		return n
 	}
 	return 0
+}
+
+// stringBytes is the decoded length of raw when it is a string, else 0.
+func stringBytes(raw json.RawMessage) int64 {
+	var s string
+	if firstByte(raw) != '"' || json.Unmarshal(raw, &s) != nil {
+		return 0
+	}
+	return int64(len(s))
 }
 
 // promptParts reads a completion's prompt or an embedding's input: a
@@ -235,11 +267,7 @@ func contentBytes(raw json.RawMessage) int64 {
 func promptParts(raw json.RawMessage) (text, ids, prompts int64) {
 	switch firstByte(raw) {
 	case '"':
-		var s string
-		if json.Unmarshal(raw, &s) == nil {
-			return int64(len(s)), 0, 1
-		}
-		return 0, 0, 0
+		return stringBytes(raw), 0, 1
 	case '[':
 	default:
 		return 0, 0, 0

@@ -93,6 +93,31 @@ func TestEstimate(t *testing.T) {
 			want: Cost{Prompt: 2, PromptBytes: 8, Output: 9, Shape: Chat},
 		},
 		{
+			name: "names are exact: a key in other case is not the field",
+			path: chat, body: `{"messages":[{"role":"user","content":"abcdefgh","Content":""}],"max_tokens":50,"MAX_TOKENS":1,"Max_Completion_Tokens":2,"N":9}`,
+			want: Cost{Prompt: 2, PromptBytes: 8, Output: 50, Shape: Chat},
+		},
+		{
+			name: "names are exact: in parts, and for max_completion_tokens",
+			path: chat, body: `{"messages":[{"content":[{"type":"text","text":"abcd","TEXT":""}]}],"max_completion_tokens":3,"MAX_COMPLETION_TOKENS":1,"Stream":true}`,
+			want: Cost{Prompt: 1, PromptBytes: 4, Output: 3, Shape: Chat},
+		},
+		{
+			name: "names are exact: Messages is not messages",
+			path: chat, body: `{"Messages":[{"content":"abcd"}],"max_tokens":5}`,
+			want: Cost{Output: 5, Shape: Chat},
+		},
+		{
+			name: "names are exact: Prompt is not prompt",
+			path: compl, body: `{"prompt":"abcdefgh","Prompt":"","max_tokens":5}`,
+			want: Cost{Prompt: 2, PromptBytes: 8, Output: 5, Shape: Completion},
+		},
+		{
+			name: "a repeated key: the last",
+			path: chat, body: `{"messages":[],"max_tokens":1,"max_tokens":7}`,
+			want: Cost{Output: 7, Shape: Chat},
+		},
+		{
 			name: "messages of the wrong type count nothing",
 			path: chat, body: `{"messages":"hello","max_tokens":5}`,
 			want: Cost{Output: 5, Shape: Chat},

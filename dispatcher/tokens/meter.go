@@ -2,6 +2,7 @@ package tokens
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"io"
 	"mime"
@@ -177,6 +178,20 @@ func (m *Meter) answerUsage() (usage, bool) {
 		return usage{}, false
 	}
 	return tailUsage(m.buf[max(0, len(m.buf)-m.caps.tail):])
+}
+
+// decode reads an answer (or one event of it) into v, keeping what
+// decoded around fields of the wrong type (encoding/json goes on past an
+// UnmarshalTypeError); false when body is not a JSON object. Answers are
+// read through structs, unlike requests (see object): the backend writes
+// them, not the tenant.
+func decode(body []byte, v any) bool {
+	if t := bytes.TrimLeft(body, " \t\r\n"); len(t) == 0 || t[0] != '{' {
+		return false
+	}
+	err := json.Unmarshal(body, v)
+	var typeErr *json.UnmarshalTypeError
+	return err == nil || errors.As(err, &typeErr)
 }
 
 // buffered is the bytes m holds, for the tests of its bounds.

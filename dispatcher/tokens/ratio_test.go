@@ -32,7 +32,7 @@ func testSeed(t *testing.T) *rand.Rand {
 	return rand.New(rand.NewPCG(seed, 0x746f6b656e73))
 }
 
-var approx = cmpopts.EquateApprox(0, 1e-9)
+var approx = cmpopts.EquateApprox(1e-9, 0)
 
 func TestNewRatio(t *testing.T) {
 	tests := []struct {
