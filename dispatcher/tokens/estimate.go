@@ -180,14 +180,10 @@ func shapeOf(path string) Shape {
 	}
 }
 
-// promptTokensOf is text ÷ ratio rounded up, plus the ids, and at least 1
-// for a prompt that is not empty.
+// promptTokensOf is text ÷ ratio rounded up (so a prompt that is not
+// empty is at least one token), plus the ids.
 func promptTokensOf(text, ids int64, bytesPerToken float64) int64 {
-	n := ids + int64(math.Ceil(float64(text)/bytesPerToken))
-	if n < 1 && text+ids > 0 {
-		n = 1
-	}
-	return n
+	return ids + int64(math.Ceil(float64(text)/bytesPerToken))
 }
 
 // output is the most the answer may generate: max_completion_tokens, else
@@ -216,15 +212,13 @@ func output(o object, prompts int64, defaultMaxTokens int) int64 {
 
 // messagesBytes is the text of a chat request's messages.
 func messagesBytes(raw json.RawMessage) int64 {
-	var messages []json.RawMessage
-	if json.Unmarshal(raw, &messages) != nil {
+	var messages []object
+	if !decodeArray(raw, &messages) {
 		return 0
 	}
 	var n int64
 	for _, m := range messages {
-		if o, ok := objectOf(m); ok {
-			n += contentBytes(o["content"])
-		}
+		n += contentBytes(m["content"])
 	}
 	return n
 }
@@ -236,15 +230,13 @@ func contentBytes(raw json.RawMessage) int64 {
 	case '"':
 		return stringBytes(raw)
 	case '[':
-		var parts []json.RawMessage
-		if json.Unmarshal(raw, &parts) != nil {
+		var parts []object
+		if !decodeArray(raw, &parts) {
 			return 0
 		}
 		var n int64
 		for _, p := range parts {
-			if o, ok := objectOf(p); ok {
-				n += stringBytes(o["text"])
-			}
+			n += stringBytes(p["text"])
 		}
 		return n
 	}
@@ -301,12 +293,21 @@ func promptParts(raw json.RawMessage) (text, ids, prompts int64) {
 	return 0, 0, 0
 }
 
-// decodeArray is decode for an array value: an element of the wrong type
-// is left zero and the rest still count.
+// decodeArray decodes an array value into v: an element of the wrong
+// type (a message that is not an object, a number among strings) is left
+// zero and the rest still count.
 func decodeArray(raw json.RawMessage, v any) bool {
-	err := json.Unmarshal(raw, v)
+	return partial(json.Unmarshal(raw, v))
+}
+
+// partial is whether a decoding error still left a value to read: none,
+// or only fields of the wrong type.
+func partial(err error) bool {
+	if err == nil {
+		return true
+	}
 	var typeErr *json.UnmarshalTypeError
-	return err == nil || errors.As(err, &typeErr)
+	return errors.As(err, &typeErr)
 }
 
 // firstByte is the first byte of raw after white space, 0 when none.

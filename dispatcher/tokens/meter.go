@@ -189,9 +189,7 @@ func decode(body []byte, v any) bool {
 	if t := bytes.TrimLeft(body, " \t\r\n"); len(t) == 0 || t[0] != '{' {
 		return false
 	}
-	err := json.Unmarshal(body, v)
-	var typeErr *json.UnmarshalTypeError
-	return err == nil || errors.As(err, &typeErr)
+	return partial(json.Unmarshal(body, v))
 }
 
 // buffered is the bytes m holds, for the tests of its bounds.

@@ -122,6 +122,11 @@ func TestMeterStream(t *testing.T) {
 			want: used{5, 2, true},
 		},
 		{
+			name: "CRLF inside an event of two data lines",
+			body: "data: {\"choices\":\r\ndata: [{\"delta\":{\"content\":\"x\"}}]}\r\n\r\n",
+			want: used{40, 1, false},
+		},
+		{
 			name: "an event's data lines join",
 			body: "data: {\"choices\":\ndata: [{\"delta\":{\"content\":\"x\"}}]}\n\n",
 			want: used{40, 1, false},
@@ -157,6 +162,13 @@ func TestMeterStream(t *testing.T) {
 			name: "an event whose data lines pass the cap together is dropped",
 			caps: small,
 			body: "data: " + strings.Repeat(" ", 200) + "\ndata: " + chatChunk(`{"content":"z"}`) + "\n\n" + sse(hi),
+			want: used{40, 1, false},
+		},
+		{
+			name: "a skipped line drops its whole event, not only itself",
+			caps: small,
+			body: "data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}],\ndata: \"pad\":\"" + strings.Repeat("y", 400) +
+				"\",\ndata: \"z\":1}\n\n" + sse(hi),
 			want: used{40, 1, false},
 		},
 		{
