@@ -43,13 +43,12 @@ func (g *Redis) Budgets() *Budgets {
 // budget is one tenant's budget hash.
 func (k keys) budget(tenant string) string { return k.tag + ":budget:" + tenant }
 
-// The bucket maths' constants, as the tokens package's bucket.go has them
-// (UnitsPerToken, MaxLimit): the scripts compute in units of a token per
-// millisecond of the window, and a larger limit counts as the largest
-// that stays exact.
+// The bucket maths' constants are the tokens package's own: the scripts
+// compute in units of a token per millisecond of the window, and a larger
+// limit counts as the largest that stays exact.
 const (
-	budgetUnits    = int64(tokens.Window / time.Millisecond)
-	budgetMaxLimit = 1_000_000_000
+	budgetUnits    = tokens.UnitsPerToken
+	budgetMaxLimit = tokens.MaxLimit
 )
 
 // budgetLimit is a limit as the scripts use it: 0 for no budget, at most
