@@ -101,8 +101,12 @@ func (r *PoolReconciler) poolEvents(pool *v1alpha1.ModelPool, old, cur v1alpha1.
 	}
 	warnTrue(v1alpha1.ModelPoolDegraded, v1alpha1.ModelPoolAutoscalerUnavailable)
 	// Features in use that older dispatchers cannot enforce.
-	if c, ok := changed(v1alpha1.ModelPoolDispatcherSkew); ok && c.Reason == string(v1alpha1.ReasonFeaturesNotEnforced) {
-		r.Recorder.Eventf(pool, nil, corev1.EventTypeWarning, c.Reason, "PushPolicy", "%s", c.Message)
+	if cond, ok := changed(v1alpha1.ModelPoolDispatcherSkew); ok && cond.Reason == string(v1alpha1.ReasonFeaturesNotEnforced) {
+		msg := c.skewWarning
+		if msg == "" {
+			msg = cond.Message
+		}
+		r.Recorder.Eventf(pool, nil, corev1.EventTypeWarning, cond.Reason, "PushPolicy", "%s", msg)
 	}
 	// Changes of a status written before; the first write is no change.
 	if old.PoolConcurrency != cur.PoolConcurrency && old.ObservedGeneration != 0 {
@@ -168,6 +172,8 @@ func (r *PoolReconciler) writeQuotaStatus(ctx context.Context, pool *v1alpha1.Mo
 			SecretMissing:    ss.missing,
 			SecretUnlabelled: ss.unlabelled,
 			KeysMissing:      ss.keys,
+			OwnLimits:        q.Spec.Limits,
+			SharedState:      pool.Spec.SharedState,
 		}, stamp)
 		if _, err := patchStatus(ctx, r.Client, q, &q.Status, st, lastWriteWins); client.IgnoreNotFound(err) != nil {
 			return err
