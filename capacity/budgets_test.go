@@ -101,8 +101,8 @@ func TestComputeBoundsSplitsTheBudgets(t *testing.T) {
 		want        []budgetRow
 	}{
 		"Redis: every dispatcher gets the pool-wide budgets": {redis: true, replicas: 6, dispatchers: 3, want: rows(3, whole)},
-		"Redis ignores exclusions":                            {redis: true, replicas: 6, dispatchers: 2, excluded: []bool{true, false}, want: rows(2, whole)},
-		"Local, one dispatcher: the whole budgets":            {replicas: 6, dispatchers: 1, want: rows(1, whole)},
+		"Redis ignores exclusions":                           {redis: true, replicas: 6, dispatchers: 2, excluded: []bool{true, false}, want: rows(2, whole)},
+		"Local, one dispatcher: the whole budgets":           {replicas: 6, dispatchers: 1, want: rows(1, whole)},
 		// 100000 = 33334+33333+33333, 60001 = 20001+20000+20000, 5 =
 		// 2+2+1; 2 tokens over 3 dispatchers is 1 each, 3 in all.
 		"Local, three dispatchers: the parts sum to each budget, the first get one more": {replicas: 6, dispatchers: 3, want: []budgetRow{
@@ -327,7 +327,7 @@ func TestComputeBoundsTokens(t *testing.T) {
 	}{
 		"absent: no tokens in the policy (the dispatcher's default applies)": {},
 		"given without a value: the default, policy.DefaultMaxTokens":        {tokens: &v1alpha1.Tokens{}, want: &policy.Tokens{DefaultMaxTokens: policy.DefaultMaxTokens}},
-		"given":              {tokens: &v1alpha1.Tokens{DefaultMaxTokens: 4096}, want: &policy.Tokens{DefaultMaxTokens: 4096}},
+		"given":             {tokens: &v1alpha1.Tokens{DefaultMaxTokens: 4096}, want: &policy.Tokens{DefaultMaxTokens: 4096}},
 		"the int32 maximum": {tokens: &v1alpha1.Tokens{DefaultMaxTokens: 1<<31 - 1}, want: &policy.Tokens{DefaultMaxTokens: 1<<31 - 1}},
 	}
 	for name, tc := range tests {

@@ -85,8 +85,8 @@ func TestLimitsOf(t *testing.T) {
 		tier   *Tier
 		want   Limits
 	}{
-		"neither":                                   {},
-		"no tier, no tenant budgets":                {tenant: &Tenant{ID: "a"}, tier: &Tier{Name: "x"}},
+		"neither":                    {},
+		"no tier, no tenant budgets": {tenant: &Tenant{ID: "a"}, tier: &Tier{Name: "x"}},
 		"the tier's for a tenant without its own":   {tenant: &Tenant{ID: "a"}, tier: &Tier{TenantLimits: both}, want: *both},
 		"the tier's for an unknown tenant (nil)":    {tier: &Tier{TenantLimits: both}, want: *both},
 		"the tenant's own without a tier":           {tenant: &Tenant{Limits: &Limits{TokensPerMinute: 5}}, want: Limits{TokensPerMinute: 5}},

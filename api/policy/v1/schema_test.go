@@ -113,11 +113,11 @@ func TestAtRealRegistry(t *testing.T) {
 		want        func(*Policy)
 		wantDropped []string
 	}{
-		"revision 2 keeps everything":          {rev: 2},
-		"a newer dispatcher reads revision 2":  {rev: 5},
-		"revision 1 clears the three, in use":  {rev: 1, want: clearBudgets, wantDropped: all},
-		"revision 0 too":                       {rev: 0, want: clearBudgets, wantDropped: all},
-		"below 0 is revision 0":                {rev: -1, want: clearBudgets, wantDropped: all},
+		"revision 2 keeps everything":         {rev: 2},
+		"a newer dispatcher reads revision 2": {rev: 5},
+		"revision 1 clears the three, in use": {rev: 1, want: clearBudgets, wantDropped: all},
+		"revision 0 too":                      {rev: 0, want: clearBudgets, wantDropped: all},
+		"below 0 is revision 0":               {rev: -1, want: clearBudgets, wantDropped: all},
 		"only the fields in use are named": {rev: 1, in: func(p *Policy) { p.Tokens = nil; p.Tiers[0].TenantLimits = nil },
 			want: clearBudgets, wantDropped: all[2:]},
 		"one tenant with limits is enough to name them": {rev: 1, in: func(p *Policy) { p.Tokens = nil; p.Tiers[0].TenantLimits = nil; p.Tenants[0].Limits = nil },
