@@ -42,13 +42,13 @@ type Tokens struct {
 type LimitsSource string
 
 const (
-	// LimitsFromTenantQuota: every budget in force is the quota's own
+	// LimitsFromTenantQuota says every budget in force is the quota's own
 	// spec.limits.
 	LimitsFromTenantQuota LimitsSource = "TenantQuota"
-	// LimitsFromServiceTier: every budget in force is the tier's
+	// LimitsFromServiceTier says every budget in force is the tier's
 	// spec.tenantLimits.
 	LimitsFromServiceTier LimitsSource = "ServiceTier"
-	// LimitsFromBoth: the quota sets one budget and the tier's
+	// LimitsFromBoth says the quota sets one budget and the tier's
 	// tenantLimits the other.
 	LimitsFromBoth LimitsSource = "TenantQuotaAndServiceTier"
 )
