@@ -130,6 +130,9 @@ type TierBounds struct {
 	MaxWaitExceedsClientTimeout bool
 	// Guarantee states MaxWait and its conditions in words.
 	Guarantee string
+	// TenantLimits are spec.tenantLimits, pool-wide: the budgets of each
+	// tenant of the tier whose quota leaves them out; nil when none.
+	TenantLimits *policy.Limits
 }
 
 // TenantBounds is one TenantQuota's outcome.
@@ -154,6 +157,15 @@ type TenantBounds struct {
 	// tenant (earlier by tenant ID); they are left out of its policy entry,
 	// because one key cannot name two tenants.
 	SharedKeys int
+	// Limits are the budgets in force, pool-wide: each of the quota's
+	// spec.limits, else of its tier's spec.tenantLimits
+	// (policy.LimitsOf). Zero when it has none or is not in force.
+	Limits policy.Limits
+	// LimitsSource says where Limits come from; "" when they are zero.
+	LimitsSource v1alpha1.LimitsSource
+	// LimitsSplit is how Local mode splits Limits over the dispatchers
+	// (budgets.go); nil in Redis mode, without budgets or dispatchers.
+	LimitsSplit *LimitsSplit
 }
 
 // PolicyFor returns dispatcher i's policy (0 <= i < len(b.Policies)). Its
@@ -189,7 +201,11 @@ func ComputeBounds(in BoundsInput) (Bounds, error) {
 	}
 
 	base := basePolicy(in.Pool, &spec, out.Pool, defaultTier, in.JWKS)
-	out.Policies = splitPolicies(base, r, out.Tiers, live, in.Backends, in.Dispatchers, in.Excluded)
+	var budgets budgetSplit
+	out.Policies, budgets = splitPolicies(base, r, out.Tiers, live, in.Backends, in.Dispatchers, in.Excluded)
+	for i := range out.Tenants {
+		out.Tenants[i].LimitsSplit = budgets.summary(out.Tenants[i].Limits)
+	}
 	return out, nil
 }
 

@@ -5,11 +5,14 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/resource"
 
+	policy "github.com/tiergate/tiergate/api/policy/v1"
 	"github.com/tiergate/tiergate/api/v1alpha1"
 )
 
 // The ModelPool defaults of the CRD (the +kubebuilder:default markers in
 // api/v1alpha1), for objects that were never defaulted by an API server.
+// spec.tokens.defaultMaxTokens defaults to policy.DefaultMaxTokens, the
+// dispatchers' own default, when spec.tokens is given.
 const (
 	// DefaultAgeingRate is the rate of an ageing that sets neither rate
 	// nor starvationBound.
@@ -54,6 +57,12 @@ func ApplyDefaults(spec *v1alpha1.ModelPoolSpec) {
 	}
 	if spec.Dispatchers.AdminPort == 0 {
 		spec.Dispatchers.AdminPort = defaultAdminPort
+	}
+	if t := spec.Tokens; t != nil && t.DefaultMaxTokens == 0 {
+		// A copy, as for Autoscaling below.
+		c := *t
+		c.DefaultMaxTokens = policy.DefaultMaxTokens
+		spec.Tokens = &c
 	}
 	if a := spec.Autoscaling; a != nil && a.TargetUtilization == nil {
 		// A new Autoscaling, so the caller's object is not written through

@@ -7,6 +7,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"k8s.io/apimachinery/pkg/api/resource"
 
+	policy "github.com/tiergate/tiergate/api/policy/v1"
 	"github.com/tiergate/tiergate/api/v1alpha1"
 	seed "github.com/tiergate/tiergate/capacity/capacitytest"
 )
@@ -115,5 +116,31 @@ func TestHorizonMessage(t *testing.T) {
 				t.Errorf("(-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// spec.tokens.defaultMaxTokens defaults to the dispatchers' own default
+// when spec.tokens is given, without writing through the caller's
+// pointer; absent spec.tokens stays absent, so a pool that sets nothing
+// puts no tokens in its policy.
+func TestApplyDefaultsTokens(t *testing.T) {
+	given := &v1alpha1.Tokens{}
+	spec := v1alpha1.ModelPoolSpec{Tokens: given}
+	ApplyDefaults(&spec)
+	if diff := cmp.Diff(&v1alpha1.Tokens{DefaultMaxTokens: policy.DefaultMaxTokens}, spec.Tokens); diff != "" {
+		t.Errorf("tokens (-want +got):\n%s", diff)
+	}
+	if given.DefaultMaxTokens != 0 {
+		t.Errorf("ApplyDefaults wrote %d through the caller's Tokens", given.DefaultMaxTokens)
+	}
+	set := v1alpha1.ModelPoolSpec{Tokens: &v1alpha1.Tokens{DefaultMaxTokens: 7}}
+	ApplyDefaults(&set)
+	if set.Tokens.DefaultMaxTokens != 7 {
+		t.Errorf("a set defaultMaxTokens became %d", set.Tokens.DefaultMaxTokens)
+	}
+	var absent v1alpha1.ModelPoolSpec
+	ApplyDefaults(&absent)
+	if absent.Tokens != nil {
+		t.Errorf("absent tokens became %+v", absent.Tokens)
 	}
 }

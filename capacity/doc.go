@@ -14,6 +14,9 @@
 //   - tenants.go: which TenantQuota is in force for a tenant, and which
 //     tenant owns an API key listed twice.
 //   - split.go: one Policy per dispatcher, with its slice of the pool.
+//   - budgets.go: the tenants' budgets (requests and tokens per minute),
+//     whole to every dispatcher in Redis mode and split over the serving
+//     dispatchers, like the slots, in Local mode.
 //
 // demand.go is apart from ComputeBounds: DesiredReplicas applies Little's
 // law to the offered load the dispatchers report and gives the replicas the

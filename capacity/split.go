@@ -21,7 +21,12 @@ func basePolicy(pool *v1alpha1.ModelPool, spec *v1alpha1.ModelPoolSpec, b PoolBo
 		// Retry-After uses.
 		rate = b.FirstReplicaRate
 	}
+	var tokens *policy.Tokens
+	if spec.Tokens != nil {
+		tokens = &policy.Tokens{DefaultMaxTokens: int(spec.Tokens.DefaultMaxTokens)}
+	}
 	return policy.Policy{
+		Tokens:               tokens,
 		Pool:                 pool.Namespace + "/" + pool.Name,
 		ServiceRate:          rate,
 		ColdStartSeconds:     b.ColdStart.Seconds(),
@@ -36,24 +41,30 @@ func basePolicy(pool *v1alpha1.ModelPool, spec *v1alpha1.ModelPoolSpec, b PoolBo
 
 // splitPolicies gives n dispatchers one policy each. In Local mode each
 // gets its slice of the pool's slots (shareSlots: none for an excluded
-// one) and the pool-wide bounds scaled by its slot fraction; in Redis mode
-// each gets the pool-wide numbers. While held every policy has 0 slots and
-// no backends, and the fractions are those of the first replica's C slots.
-func splitPolicies(base policy.Policy, r rates, tiers []TierBounds, live []liveTenant, backends []policy.Backend, n int, excluded []bool) []policy.Policy {
+// one), the pool-wide bounds scaled by its slot fraction and its part of
+// the budgets (budgets.go); in Redis mode each gets the pool-wide numbers.
+// While held every policy has 0 slots and no backends, and the fractions
+// are those of the first replica's C slots. It returns the budgets' split
+// too, for the tenants' status.
+func splitPolicies(base policy.Policy, r rates, tiers []TierBounds, live []liveTenant, backends []policy.Backend, n int, excluded []bool) ([]policy.Policy, budgetSplit) {
 	whole := base.SharedState == policy.StateRedis
 	slots := shareSlots(r.boundsFor, n, excluded)
+	var budgets budgetSplit
+	if !whole {
+		budgets = newBudgetSplit(slots)
+	}
 	if r.held() {
 		backends = nil
 	}
 	var out []policy.Policy
 	for i := 0; i < n; i++ {
-		s := part{mine: r.boundsFor, pool: r.boundsFor, whole: whole, held: r.held()}
+		s := part{mine: r.boundsFor, pool: r.boundsFor, whole: whole, held: r.held(), budgets: budgets, index: i}
 		if !whole {
 			s.mine = slots[i]
 		}
 		out = append(out, s.policy(base, r, tiers, live, backends))
 	}
-	return out
+	return out, budgets
 }
 
 // part is one dispatcher's slice of a pool of P slots (C while held).
@@ -64,6 +75,9 @@ type part struct {
 	// held is true while the pool is at zero, holding for its first
 	// replica: the part then serves nothing yet.
 	held bool
+	// budgets split the tenants' budgets; index is this dispatcher's.
+	budgets budgetSplit
+	index   int
 }
 
 // of scales a pool-wide number to this part: floor(v × mine / P), at
@@ -94,6 +108,10 @@ func (s part) policy(base policy.Policy, r rates, tiers []TierBounds, live []liv
 	}
 	pol.ExemptPaths = append([]string(nil), base.ExemptPaths...)
 	pol.Backends = append([]policy.Backend{}, backends...)
+	if base.Tokens != nil {
+		t := *base.Tokens
+		pol.Tokens = &t
+	}
 	if !s.whole && s.pool > 0 {
 		// This dispatcher drains its own slice of the pool.
 		pol.ServiceRate, _ = r.perSecond(s.mine).Float64()
@@ -107,10 +125,11 @@ func (s part) policy(base policy.Policy, r rates, tiers []TierBounds, live []liv
 			QueueBound:             s.bound(tb.QueueBound),
 			TenantConcurrencyLimit: s.of(tb.TenantConcurrencyLimit),
 			TenantQueueLimit:       s.of(tb.TenantQueueLimit),
+			TenantLimits:           s.budgets.limits(tb.TenantLimits, s.index),
 		})
 	}
 	for _, lt := range live {
-		t := policy.Tenant{ID: lt.bounds.Tenant, Tier: lt.bounds.Tier}
+		t := policy.Tenant{ID: lt.bounds.Tenant, Tier: lt.bounds.Tier, Limits: s.budgets.limits(lt.own, s.index)}
 		if lt.override > 0 {
 			t.MaxConcurrency = s.of(lt.override)
 		}

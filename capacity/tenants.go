@@ -3,6 +3,7 @@ package capacity
 import (
 	"sort"
 
+	policy "github.com/tiergate/tiergate/api/policy/v1"
 	"github.com/tiergate/tiergate/api/v1alpha1"
 )
 
@@ -11,14 +12,18 @@ type liveTenant struct {
 	bounds   TenantBounds
 	override int32 // spec.maxConcurrency; 0 when unset
 	hashes   []string
+	// own are spec.limits, pool-wide; nil when unset.
+	own *policy.Limits
 }
 
 // tenantBounds reports every quota, sorted by quota name, and returns the
 // quotas in force sorted by tenant ID, each with the key hashes it owns.
 func tenantBounds(quotas []v1alpha1.TenantQuota, tiers []TierBounds, hashes map[string][]string) ([]TenantBounds, []liveTenant) {
 	limits := make(map[string]int32, len(tiers)) // tier name -> tenant limit
+	budgets := make(map[string]*policy.Limits, len(tiers))
 	for _, tb := range tiers {
 		limits[tb.Name] = tb.TenantConcurrencyLimit
+		budgets[tb.Name] = tb.TenantLimits
 	}
 	byName := append([]v1alpha1.TenantQuota(nil), quotas...)
 	sort.Slice(byName, func(a, b int) bool { return byName[a].Name < byName[b].Name })
@@ -42,7 +47,10 @@ func tenantBounds(quotas []v1alpha1.TenantQuota, tiers []TierBounds, hashes map[
 				override = *q.Spec.MaxConcurrency
 				tb.EffectiveLimit = override
 			}
-			live = append(live, liveTenant{bounds: tb, override: override, hashes: hashes[q.Name]})
+			own := limitsOf(q.Spec.Limits)
+			tb.Limits = policy.LimitsOf(&policy.Tenant{Limits: own}, &policy.Tier{TenantLimits: budgets[tb.Tier]})
+			tb.LimitsSource = limitsSource(own, tb.Limits)
+			live = append(live, liveTenant{bounds: tb, override: override, hashes: hashes[q.Name], own: own})
 		}
 		out = append(out, tb)
 	}

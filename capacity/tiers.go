@@ -47,6 +47,7 @@ func tierBounds(r rates, sorted []v1alpha1.ServiceTier, clientTimeout time.Durat
 			QueueBound:             int32(l),
 			TenantConcurrencyLimit: int32(atLeastOne(floorShare(r.boundsFor, share))),
 			TenantQueueLimit:       int32(atLeastOne(floorShare(l, share))),
+			TenantLimits:           limitsOf(t.Spec.TenantLimits),
 		})
 	}
 	return out

@@ -29,6 +29,7 @@ func validateInput(in BoundsInput) error {
 		if q.Spec.MaxConcurrency != nil && *q.Spec.MaxConcurrency < 1 {
 			errs = append(errs, fmt.Sprintf("quota %q: spec.maxConcurrency %d must be at least 1", q.Name, *q.Spec.MaxConcurrency))
 		}
+		errs = append(errs, validateLimits(fmt.Sprintf("quota %q: spec.limits", q.Name), q.Spec.Limits)...)
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("%w: %s", ErrInvalidInput, strings.Join(errs, "; "))
@@ -58,6 +59,9 @@ func validateSpec(spec *v1alpha1.ModelPoolSpec) []string {
 	}
 	if spec.ColdStart != nil && spec.ColdStart.Duration <= 0 {
 		errs = append(errs, fmt.Sprintf("spec.coldStart: %s must be greater than 0", spec.ColdStart.Duration))
+	}
+	if spec.Tokens != nil && spec.Tokens.DefaultMaxTokens < 0 {
+		errs = append(errs, fmt.Sprintf("spec.tokens.defaultMaxTokens: %d must be at least 1", spec.Tokens.DefaultMaxTokens))
 	}
 	return append(errs, validateAutoscaling(spec.Autoscaling)...)
 }
@@ -101,6 +105,7 @@ func validateTiers(tiers []v1alpha1.ServiceTier) []string {
 		if r := shareRat(t.Spec.TenantShare); r.Sign() <= 0 || r.Cmp(big.NewRat(1, 1)) > 0 {
 			errs = append(errs, fmt.Sprintf("tier %q: spec.tenantShare %s must be greater than 0 and at most 1", t.Name, t.Spec.TenantShare.String()))
 		}
+		errs = append(errs, validateLimits(fmt.Sprintf("tier %q: spec.tenantLimits", t.Name), t.Spec.TenantLimits)...)
 	}
 	return errs
 }

@@ -111,6 +111,7 @@ func (r *PoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	}
 	c.autoscaler = r.syncAutoscaler(ctx, &pool, &mem.autoscaler, now)
 	want := r.desire(&pool, obs, c, states, mem, stamp)
+	c.skewWarning = want.skewWarning
 	// The version is persisted before any dispatcher sees it, so a
 	// restarted controller never reuses or lowers a version.
 	if err := r.writePoolStatus(ctx, &pool, want.status, c); err != nil {
@@ -142,6 +143,9 @@ type desired struct {
 	// dispatchers keep theirs.
 	targets []Target
 	status  v1alpha1.ModelPoolStatus
+	// skewWarning is the Warning event's text when older dispatchers
+	// cannot enforce features in use.
+	skewWarning string
 }
 
 // computed is what one reconcile derives from what it observed.
@@ -153,6 +157,8 @@ type computed struct {
 	// prevS is the observed service time in status, serviceTime the one to
 	// record now (0 while nothing was measured).
 	prevS, serviceTime time.Duration
+	// skewWarning is desired.skewWarning, for poolEvents.
+	skewWarning string
 }
 
 // compute folds the measured service time and derives the bounds and the
@@ -195,7 +201,7 @@ func (r *PoolReconciler) desire(pool *v1alpha1.ModelPool, obs *observed, c compu
 		TokenSecret:       r.TokenSecret,
 		Auth:              newAuthView(pool.Spec.Authentication, obs.jwks),
 	}, stamp)
-	setSkew(&d.status, states, pool.Generation, stamp)
+	d.skewWarning = setSkew(&d.status, states, pool.Generation, stamp)
 	if len(obs.tiers) > 0 {
 		d.targets = targets
 	}

@@ -166,3 +166,69 @@ func TestPusherPushesACurrentDispatcherAtThisRevision(t *testing.T) {
 		t.Errorf("schemaVersion of the bodies (-want +got):\n%s", diff)
 	}
 }
+
+// revisionOneDispatcher answers like a dispatcher of schema revision 1
+// (the release before the token budgets): it declares revision 1 on every
+// answer, refuses a newer schemaVersion, and refuses the fields of
+// revision 2 as unknown, as its strict decoder did.
+type revisionOneDispatcher struct {
+	mu     sync.Mutex
+	bodies []string
+}
+
+func (o *revisionOneDispatcher) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	b, _ := io.ReadAll(r.Body)
+	o.mu.Lock()
+	o.bodies = append(o.bodies, string(b))
+	o.mu.Unlock()
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set(policy.SchemaHeader, "1")
+	var p policy.Policy
+	_ = json.Unmarshal(b, &p)
+	switch {
+	case p.SchemaVersion > 1:
+		w.WriteHeader(http.StatusBadRequest)
+		_, _ = io.WriteString(w, `{"error":{"type":"unsupported_schema","message":"schemaVersion `+strconv.Itoa(p.SchemaVersion)+` is newer than 1"}}`)
+	case strings.Contains(string(b), `"limits"`) || strings.Contains(string(b), `"tenantLimits"`) || strings.Contains(string(b), `"tokens"`):
+		w.WriteHeader(http.StatusBadRequest)
+		_, _ = io.WriteString(w, `{"error":{"type":"invalid_policy","message":"unknown field"}}`)
+	default:
+		_, _ = io.WriteString(w, `{"version":`+strconv.FormatInt(p.Version, 10)+`,"schemaVersion":1,"stats":{}}`)
+	}
+}
+
+// A revision-1 dispatcher is pushed the policy without the budgets and
+// the token settings, after one refused push at this build's revision,
+// and its state names the fields in use it cannot enforce (what the
+// DispatcherSkew condition reports).
+func TestPusherPushesARevisionOneDispatcherWithoutTheBudgets(t *testing.T) {
+	old := &revisionOneDispatcher{}
+	d := newDispatcherServer(t, serverOptions{token: "tok", wrap: func(http.Handler) http.Handler { return old }})
+	h := startPusher(t, writeToken(t, "tok"))
+	tgt := target("u1", d, 1)
+	tgt.Policy.Tokens = &policy.Tokens{DefaultMaxTokens: 512}
+	tgt.Policy.Tiers[0].TenantLimits = &policy.Limits{RequestsPerMinute: 60}
+	tgt.Policy.Tenants = []policy.Tenant{{ID: "acme", Tier: "premium", Limits: &policy.Limits{TokensPerMinute: 1000}}}
+	h.p.Sync(testPool, []Target{tgt}, false)
+	h.next(t)
+	want := skewState{Result: PushOK, Known: true, Rev: 1, Dropped: []string{"tokens", "tiers[].tenantLimits", "tenants[].limits"}}
+	if diff := cmp.Diff(want, skewOf(h.p.States(testPool)[0])); diff != "" {
+		t.Errorf("state (-want +got):\n%s", diff)
+	}
+	old.mu.Lock()
+	bodies := append([]string(nil), old.bodies...)
+	old.mu.Unlock()
+	if diff := cmp.Diff([]string{strconv.Itoa(policy.SchemaVersion), "1"}, bodyRevisions(t, bodies)); diff != "" {
+		t.Fatalf("schemaVersion of the bodies (-want +got):\n%s", diff)
+	}
+	var got policy.Policy
+	if err := json.Unmarshal([]byte(bodies[1]), &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Tokens != nil || got.Tiers[0].TenantLimits != nil || got.Tenants[0].Limits != nil || got.Tenants[0].ID != "acme" {
+		t.Errorf("the revision-1 push carries %s", bodies[1])
+	}
+	if tgt.Policy.Tenants[0].Limits == nil || tgt.Policy.Tiers[0].TenantLimits == nil {
+		t.Error("clearing the fields for the old pod wrote through the target's policy")
+	}
+}

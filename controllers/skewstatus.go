@@ -18,8 +18,11 @@ func podSchemas(states []PodState) []PodSchema {
 }
 
 // setSkew sets the pool's DispatcherSkew condition from its pods' states;
-// the condition keeps its transition time while its status stays.
-func setSkew(st *v1alpha1.ModelPoolStatus, states []PodState, gen int64, now metav1.Time) {
-	cond, _ := skewCondition(podSchemas(states), gen, now)
+// the condition keeps its transition time while its status stays. It
+// returns the text of the Warning event due when features in use are not
+// enforced ("" otherwise).
+func setSkew(st *v1alpha1.ModelPoolStatus, states []PodState, gen int64, now metav1.Time) string {
+	cond, warning := skewCondition(podSchemas(states), gen, now)
 	meta.SetStatusCondition(&st.Conditions, cond)
+	return warning
 }

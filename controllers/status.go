@@ -330,6 +330,11 @@ type quotaView struct {
 	SecretUnlabelled bool
 	KeysMissing      []string
 	Share            string
+	// OwnLimits are the quota's spec.limits; SharedState is the pool's.
+	// The Ready message says from them where each budget comes from and
+	// how it is enforced.
+	OwnLimits   *v1alpha1.Limits
+	SharedState v1alpha1.SharedStateMode
 }
 
 // desiredQuotaStatus computes a TenantQuota's status.
@@ -339,6 +344,7 @@ func desiredQuotaStatus(cur v1alpha1.TenantQuotaStatus, v quotaView, now metav1.
 	st.Pool = v.Pool
 	st.EffectiveConcurrencyLimit = v.Tenant.EffectiveLimit
 	st.APIKeys = int32(v.Tenant.APIKeys - v.Tenant.SharedKeys)
+	st.Limits = limitsStatus(v.Tenant) // none unless the quota is in force
 	cond := func(ok bool, reason, msg string) {
 		setCondition(&st.Conditions, now, v.Generation, v1alpha1.ConditionReady, ok, reason, msg)
 	}
@@ -363,6 +369,9 @@ func desiredQuotaStatus(cur v1alpha1.TenantQuotaStatus, v quotaView, now metav1.
 		msg := fmt.Sprintf("tenant %q in tier %q may hold %d requests in flight", v.Tenant.Tenant, v.Tenant.Tier, v.Tenant.EffectiveLimit)
 		if v.Tenant.SharedKeys > 0 {
 			msg += fmt.Sprintf("; %d of its API keys also belong to another tenant and are ignored", v.Tenant.SharedKeys)
+		}
+		if budgets := limitsMessage(v.Tenant, v.OwnLimits, v.SharedState); budgets != "" {
+			msg += "; " + budgets
 		}
 		cond(true, string(v1alpha1.ReasonQuotaActive), msg)
 	}

@@ -101,10 +101,15 @@ func (r *PoolReconciler) poolEvents(pool *v1alpha1.ModelPool, old, cur v1alpha1.
 	}
 	warnTrue(v1alpha1.ModelPoolDegraded, v1alpha1.ModelPoolAutoscalerUnavailable)
 	// Features in use that older dispatchers cannot enforce.
-	if c, ok := changed(v1alpha1.ModelPoolDispatcherSkew); ok && c.Reason == string(v1alpha1.ReasonFeaturesNotEnforced) {
-		r.Recorder.Eventf(pool, nil, corev1.EventTypeWarning, c.Reason, "PushPolicy", "%s", c.Message)
+	if cond, ok := changed(v1alpha1.ModelPoolDispatcherSkew); ok && cond.Reason == string(v1alpha1.ReasonFeaturesNotEnforced) {
+		r.Recorder.Eventf(pool, nil, corev1.EventTypeWarning, cond.Reason, "PushPolicy", "%s", skewEventNote(c.skewWarning, cond))
 	}
-	// Changes of a status written before; the first write is no change.
+	r.changeEvents(pool, old, cur, c)
+}
+
+// changeEvents records the Normal events of values that changed in a
+// status written before; the first write is no change.
+func (r *PoolReconciler) changeEvents(pool *v1alpha1.ModelPool, old, cur v1alpha1.ModelPoolStatus, c computed) {
 	if old.PoolConcurrency != cur.PoolConcurrency && old.ObservedGeneration != 0 {
 		r.Recorder.Eventf(pool, nil, corev1.EventTypeNormal, "ScaledPool", "ComputeBounds",
 			"pool concurrency %d→%d (%d→%d ready replicas)", old.PoolConcurrency, cur.PoolConcurrency, old.ReadyReplicas, cur.ReadyReplicas)
@@ -117,6 +122,16 @@ func (r *PoolReconciler) poolEvents(pool *v1alpha1.ModelPool, old, cur v1alpha1.
 		r.Recorder.Eventf(pool, nil, corev1.EventTypeNormal, "ServiceTimeMeasured", "ComputeBounds",
 			"dispatchers measure a service time of %s (was %s)", c.serviceTime, c.prevS)
 	}
+}
+
+// skewEventNote is the FeaturesNotEnforced event's text: the skew rule's
+// warning, which names the features and the pods, else the condition's
+// message.
+func skewEventNote(warning string, cond *metav1.Condition) string {
+	if warning != "" {
+		return warning
+	}
+	return cond.Message
 }
 
 // eventAction is the action of the Warning event of a pool condition.
@@ -168,6 +183,8 @@ func (r *PoolReconciler) writeQuotaStatus(ctx context.Context, pool *v1alpha1.Mo
 			SecretMissing:    ss.missing,
 			SecretUnlabelled: ss.unlabelled,
 			KeysMissing:      ss.keys,
+			OwnLimits:        q.Spec.Limits,
+			SharedState:      pool.Spec.SharedState,
 		}, stamp)
 		if _, err := patchStatus(ctx, r.Client, q, &q.Status, st, lastWriteWins); client.IgnoreNotFound(err) != nil {
 			return err

@@ -209,6 +209,12 @@ type ModelPoolSpec struct {
 	// Removing it deletes the ScaledObject.
 	// +optional
 	Autoscaling *Autoscaling `json:"autoscaling,omitempty"`
+
+	// tokens is how dispatchers count a request's tokens for the budgets
+	// of ServiceTier spec.tenantLimits and TenantQuota spec.limits.
+	// Absent, a request that names no maximum output reserves 1024.
+	// +optional
+	Tokens *Tokens `json:"tokens,omitempty"`
 }
 
 // DispatcherCounts says how many dispatcher pods exist and hold the policy.

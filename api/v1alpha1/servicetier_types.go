@@ -27,6 +27,12 @@ type ServiceTierSpec struct {
 	// suffix (250m). A malformed quantity gets the pattern's message only.
 	// +kubebuilder:validation:XValidation:rule="!isQuantity(string(self)) || (quantity(string(self)).isGreaterThan(quantity('0')) && quantity(string(self)).compareTo(quantity('1')) <= 0)",message="tenantShare must be greater than 0 and at most 1"
 	TenantShare resource.Quantity `json:"tenantShare"`
+
+	// tenantLimits are the budgets, per minute and pool-wide, of each
+	// tenant of this tier whose TenantQuota leaves them out, the pool's
+	// defaultTier's tenants without a TenantQuota included.
+	// +optional
+	TenantLimits *Limits `json:"tenantLimits,omitempty"`
 }
 
 // ServiceTierStatus holds the bounds the controller derived for this tier.
@@ -89,6 +95,7 @@ const (
 // +kubebuilder:printcolumn:name="SHARE",type=string,JSONPath=`.spec.tenantShare`
 // +kubebuilder:printcolumn:name="BOUND",type=integer,JSONPath=`.status.queueBound`
 // +kubebuilder:printcolumn:name="TENANT-LIMIT",type=integer,JSONPath=`.status.tenantConcurrencyLimit`
+// +kubebuilder:printcolumn:name="TENANT-TPM",type=integer,JSONPath=`.spec.tenantLimits.tokensPerMinute`
 // +kubebuilder:printcolumn:name="AGE",type=date,JSONPath=`.metadata.creationTimestamp`
 
 // ServiceTier is one priority tier of a ModelPool.

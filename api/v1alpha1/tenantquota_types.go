@@ -40,6 +40,11 @@ type TenantQuotaSpec struct {
 	// tiergate.dev/api-keys: "true"; the controller reads no other Secret.
 	// +optional
 	APIKeySecretRef *SecretKeysReference `json:"apiKeySecretRef,omitempty"`
+
+	// limits are the tenant's own budgets, per minute, pool-wide. Each
+	// budget it leaves out falls back to the tier's spec.tenantLimits.
+	// +optional
+	Limits *Limits `json:"limits,omitempty"`
 }
 
 // TenantQuotaStatus is the tenant's effective limits.
@@ -59,6 +64,11 @@ type TenantQuotaStatus struct {
 	// apiKeys is the number of API keys found in the Secret.
 	// +optional
 	APIKeys int32 `json:"apiKeys,omitempty"`
+
+	// limits are the budgets in force, pool-wide, and where they come
+	// from; absent when the tenant has none.
+	// +optional
+	Limits *LimitsStatus `json:"limits,omitempty"`
 
 	// conditions: Ready.
 	// +listType=map
@@ -92,11 +102,13 @@ const APIKeysLabel = "tiergate.dev/api-keys"
 // +kubebuilder:printcolumn:name="TENANT",type=string,JSONPath=`.spec.tenant`
 // +kubebuilder:printcolumn:name="TIER",type=string,JSONPath=`.spec.tierRef.name`
 // +kubebuilder:printcolumn:name="LIMIT",type=integer,JSONPath=`.status.effectiveConcurrencyLimit`
+// +kubebuilder:printcolumn:name="RPM",type=integer,JSONPath=`.status.limits.requestsPerMinute`
+// +kubebuilder:printcolumn:name="TPM",type=integer,JSONPath=`.status.limits.tokensPerMinute`
 // +kubebuilder:printcolumn:name="READY",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="AGE",type=date,JSONPath=`.metadata.creationTimestamp`
 
-// TenantQuota places one tenant in a tier, optionally with its own cap and
-// API keys.
+// TenantQuota places one tenant in a tier, optionally with its own cap,
+// API keys and budgets.
 type TenantQuota struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"net"
 	"net/http"
@@ -12,7 +13,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	policy "github.com/tiergate/tiergate/api/policy/v1"
 	"github.com/tiergate/tiergate/api/v1alpha1"
@@ -132,6 +137,32 @@ func skewHold(after int64, slots, premiumBound int, premiumWait float64, revisio
 	}
 }
 
+// holdAll waits until every dispatcher of ds holds a policy that check
+// accepts, and returns the newest version they hold.
+func holdAll(t *testing.T, ds []*dispatcher, what string, check func(*dispatcher, *policy.Policy) error) int64 {
+	t.Helper()
+	var version int64
+	start := time.Now()
+	err := testutil.Poll(10*time.Second, func() error {
+		version = 0
+		for _, d := range ds {
+			p, err := getPolicy(d)
+			if err != nil {
+				return err
+			}
+			if err := check(d, p); err != nil {
+				return fmt.Errorf("%s: %w", d.pod, err)
+			}
+			version = max(version, p.Version)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("%s: after %s: %v\n--- controller log ---\n%s", what, time.Since(start).Round(time.Millisecond), err, ctrlProc.tail(30))
+	}
+	return version
+}
+
 // TestSkewOlderDispatcherKeepsReceivingPolicies runs a dispatcher built at
 // skewBaseRev beside a current one under the current controller: through a
 // policy change and a scale both must hold each new version with their
@@ -150,30 +181,9 @@ func TestSkewOlderDispatcherKeepsReceivingPolicies(t *testing.T) {
 	e.applySamples()
 	e.setReadyReplicas(6)
 
-	// hold waits until both hold a policy that check accepts, and
-	// returns the newest version they hold.
 	hold := func(what string, check func(*dispatcher, *policy.Policy) error) int64 {
 		t.Helper()
-		var version int64
-		start := time.Now()
-		err := testutil.Poll(10*time.Second, func() error {
-			version = 0
-			for _, d := range e.disp {
-				p, err := getPolicy(d)
-				if err != nil {
-					return err
-				}
-				if err := check(d, p); err != nil {
-					return fmt.Errorf("%s: %w", d.pod, err)
-				}
-				version = max(version, p.Version)
-			}
-			return nil
-		})
-		if err != nil {
-			t.Fatalf("%s: after %s: %v\n--- controller log ---\n%s", what, time.Since(start).Round(time.Millisecond), err, ctrlProc.tail(30))
-		}
-		return version
+		return holdAll(t, e.disp, what, check)
 	}
 	// Two dispatchers at R=6 (P=24, μ=4/s): 12 slots each, premium
 	// L = 5s·4/s = 20, 10 each.
@@ -204,4 +214,143 @@ func TestSkewOlderDispatcherKeepsReceivingPolicies(t *testing.T) {
 	if n := strings.Count(oldD.Output(), "refused an invalid policy"); n > 1 {
 		t.Errorf("the old dispatcher refused %d pushes, want at most the first:\n%s", n, testutil.LastLines(oldD.Output(), 20))
 	}
+}
+
+// skewPrevRev is the last commit of policy schema revision 1, the parent
+// of the commit that brought revision 2 (the token budgets): its
+// dispatcher is one release older than the current one. It sends the
+// schema header and refuses, as unknown, every field of revision 2.
+const skewPrevRev = "228996e"
+
+// budgetHold is skewHold for the budgets: besides the slots and the
+// premium tier, a current dispatcher must hold acme's and premium's
+// budgets as given (nil: none) and one of an older revision none.
+func budgetHold(after int64, revisions map[string]int, acme, premium *policy.Limits) func(*dispatcher, *policy.Policy) error {
+	base := skewHold(after, 12, 10, 5, revisions)
+	return func(d *dispatcher, p *policy.Policy) error {
+		if err := base(d, p); err != nil {
+			return err
+		}
+		wantAcme, wantPremium := acme, premium
+		if revisions[d.pod] < 2 {
+			wantAcme, wantPremium = nil, nil
+		}
+		var gotAcme, gotPremium *policy.Limits
+		for _, tn := range p.Tenants {
+			if tn.ID == "acme" {
+				gotAcme = tn.Limits
+			}
+		}
+		for _, tr := range p.Tiers {
+			if tr.Name == "premium" {
+				gotPremium = tr.TenantLimits
+			}
+		}
+		if diff := cmp.Diff(wantAcme, gotAcme); diff != "" {
+			return fmt.Errorf("acme's limits (-want +got):\n%s", diff)
+		}
+		if diff := cmp.Diff(wantPremium, gotPremium); diff != "" {
+			return fmt.Errorf("premium's tenantLimits (-want +got):\n%s", diff)
+		}
+		return nil
+	}
+}
+
+// TestSkewBudgetsOnAnOlderDispatcher runs a dispatcher of schema revision
+// 1 (built at skewPrevRev) beside a current one. Once a TenantQuota and
+// its tier have budgets, the older one keeps taking each new policy,
+// without the budgets (its strict decoder would refuse them), the current
+// one holds its part of them, DispatcherSkew says FeaturesNotEnforced
+// naming the fields and the older pod, with a Warning event, and the
+// quota's status shows the budgets and their split. Budgets removed, the
+// condition is OlderDispatchers again; the older pod replaced by a
+// current one, DispatchersCurrent.
+func TestSkewBudgetsOnAnOlderDispatcher(t *testing.T) {
+	old := oldTiergate(t, skewPrevRev)
+	e := newEnv(t)
+	oldD := e.startDispatcherFrom(old, "dispatcher-old", 2)
+	newD := e.startDispatcher("dispatcher-new", 3, pushToken, true)
+	if got, want := []string{schemaHeader(t, oldD), schemaHeader(t, newD)}, []string{"1", fmt.Sprint(policy.SchemaVersion)}; got[0] != want[0] || got[1] != want[1] {
+		t.Fatalf("%s headers of the old and the new dispatcher: %q, want %q", policy.SchemaHeader, got, want)
+	}
+	revisions := map[string]int{oldD.pod: 1, newD.pod: policy.SchemaVersion}
+	e.modelPods(6)
+	e.applySamples()
+	e.setReadyReplicas(6)
+	skewIs := func(what string, reason v1alpha1.ModelPoolReason, status metav1.ConditionStatus, contains []string, lacks ...string) {
+		t.Helper()
+		testutil.Eventually(t, 10*time.Second, what, func() error {
+			conds := e.pool().Status.Conditions
+			if err := conditionIs(conds, v1alpha1.ModelPoolDispatcherSkew, status, string(reason)); err != nil {
+				return err
+			}
+			msg := condition(conds, v1alpha1.ModelPoolDispatcherSkew).Message
+			for _, s := range contains {
+				if !strings.Contains(msg, s) {
+					return fmt.Errorf("DispatcherSkew message %q lacks %q", msg, s)
+				}
+			}
+			for _, s := range lacks {
+				if strings.Contains(msg, s) {
+					return fmt.Errorf("DispatcherSkew message %q names %q", msg, s)
+				}
+			}
+			return nil
+		})
+	}
+
+	// Two dispatchers at R=6: 12 slots each, premium's bound 10 each.
+	v := holdAll(t, e.disp, "the samples", budgetHold(0, revisions, nil, nil))
+	skewIs("no budgets: the older pod is named, nothing is lost", v1alpha1.ReasonOlderDispatchers, metav1.ConditionTrue,
+		[]string{oldD.pod + " (revision 1)", "no feature in use is left out"}, newD.pod)
+
+	// premium's tenants 600 requests per minute, acme 60001 tokens of its
+	// own: each dispatcher serves, so each gets half, and the first
+	// (dispatcher-new: newest, then by name) the odd token.
+	kubectl.Must(t, "patch", "-n", e.ns, "servicetier", "premium", "--type=merge", "-p", `{"spec":{"tenantLimits":{"requestsPerMinute":600}}}`)
+	kubectl.Must(t, "patch", "-n", e.ns, "tenantquota", "acme", "--type=merge", "-p", `{"spec":{"limits":{"tokensPerMinute":60001}}}`)
+	v = holdAll(t, e.disp, "the budgets", budgetHold(v, revisions,
+		&policy.Limits{TokensPerMinute: 30001}, &policy.Limits{RequestsPerMinute: 300}))
+	skewIs("budgets in use: FeaturesNotEnforced names the fields and the older pod", v1alpha1.ReasonFeaturesNotEnforced, metav1.ConditionTrue,
+		[]string{"which they cannot enforce: " + oldD.pod + ": tiers[].tenantLimits, tenants[].limits"}, newD.pod)
+	testutil.Eventually(t, 5*time.Second, "a Warning event FeaturesNotEnforced", func() error {
+		return hasEvent(e.ns, "llm", corev1.EventTypeWarning, string(v1alpha1.ReasonFeaturesNotEnforced),
+			"(they read an older policy schema; upgrade them): "+oldD.pod+": ")
+	})
+	testutil.Eventually(t, 5*time.Second, "acme's status.limits", func() error {
+		want := &v1alpha1.LimitsStatus{RequestsPerMinute: 600, TokensPerMinute: 60001, Source: v1alpha1.LimitsFromBoth,
+			PerDispatcher: &v1alpha1.LimitsSplit{Dispatchers: 2, RequestsPerMinute: &v1alpha1.BudgetRange{Min: 300, Max: 300},
+				TokensPerMinute: &v1alpha1.BudgetRange{Min: 30000, Max: 30001}}}
+		var q v1alpha1.TenantQuota
+		if err := k8s.Get(context.Background(), types.NamespacedName{Namespace: e.ns, Name: "acme"}, &q); err != nil {
+			return err
+		}
+		if diff := cmp.Diff(want, q.Status.Limits); diff != "" {
+			return fmt.Errorf("status.limits (-want +got):\n%s", diff)
+		}
+		return nil
+	})
+
+	// The budgets removed: nothing is lost any more.
+	kubectl.Must(t, "patch", "-n", e.ns, "tenantquota", "acme", "--type=merge", "-p", `{"spec":{"limits":null}}`)
+	kubectl.Must(t, "patch", "-n", e.ns, "servicetier", "premium", "--type=merge", "-p", `{"spec":{"tenantLimits":null}}`)
+	holdAll(t, e.disp, "the budgets removed", budgetHold(v, revisions, nil, nil))
+	skewIs("budgets removed: OlderDispatchers", v1alpha1.ReasonOlderDispatchers, metav1.ConditionTrue,
+		[]string{oldD.pod + " (revision 1)"}, newD.pod)
+	// The older dispatcher refused at most the first push, made at this
+	// controller's revision before its own was known; none at its own.
+	if n := strings.Count(oldD.Output(), "refused an invalid policy"); n > 1 {
+		t.Errorf("the older dispatcher refused %d pushes, want at most the first:\n%s", n, testutil.LastLines(oldD.Output(), 20))
+	}
+
+	// The older pod replaced by a current one.
+	oldD.Stop(10 * time.Second)
+	e.kubelet.forget(e.ns, oldD.pod)
+	if err := k8s.Delete(context.Background(), &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: e.ns, Name: oldD.pod}}, client.GracePeriodSeconds(0)); err != nil {
+		t.Fatal(err)
+	}
+	up := e.startDispatcher("dispatcher-upgraded", 4, pushToken, true)
+	revisions[up.pod] = policy.SchemaVersion
+	holdAll(t, []*dispatcher{newD, up}, "the upgraded pod", budgetHold(v, revisions, nil, nil))
+	skewIs("every pod current: DispatchersCurrent", v1alpha1.ReasonDispatchersCurrent, metav1.ConditionFalse, nil, oldD.pod)
 }

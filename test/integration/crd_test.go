@@ -40,11 +40,11 @@ func TestCRDsAreEstablished(t *testing.T) {
 		},
 		"servicetiers.tiergate.dev": {
 			Kind: "ServiceTier", Plural: "servicetiers", ShortName: "st",
-			Columns: []string{"POOL", "PRIORITY", "WAIT", "SHARE", "BOUND", "TENANT-LIMIT", "AGE"},
+			Columns: []string{"POOL", "PRIORITY", "WAIT", "SHARE", "BOUND", "TENANT-LIMIT", "TENANT-TPM", "AGE"},
 		},
 		"tenantquotas.tiergate.dev": {
 			Kind: "TenantQuota", Plural: "tenantquotas", ShortName: "tq",
-			Columns: []string{"TENANT", "TIER", "LIMIT", "READY", "AGE"},
+			Columns: []string{"TENANT", "TIER", "LIMIT", "RPM", "TPM", "READY", "AGE"},
 		},
 	}
 	for name, want := range tests {
@@ -301,10 +301,10 @@ func TestGetServiceTiersShowsPrinterColumns(t *testing.T) {
 	}
 
 	want := [][]string{
-		{"NAME", "POOL", "PRIORITY", "WAIT", "SHARE", "BOUND", "TENANT-LIMIT", "AGE"},
-		{"free", "llm", "20", "60s", "0.04", "", ""},
-		{"premium", "llm", "0", "5s", "0.25", "20", "6"},
-		{"standard", "llm", "10", "20s", "0.10", "", ""},
+		{"NAME", "POOL", "PRIORITY", "WAIT", "SHARE", "BOUND", "TENANT-LIMIT", "TENANT-TPM", "AGE"},
+		{"free", "llm", "20", "60s", "0.04", "", "", ""},
+		{"premium", "llm", "0", "5s", "0.25", "20", "6", ""},
+		{"standard", "llm", "10", "20s", "0.10", "", "", ""},
 	}
 	for _, resource := range []string{"servicetiers", "st"} {
 		stdout, stderr, err := kubectl(t, "get", resource, "-n", ns)

@@ -101,27 +101,81 @@ func clonePolicy(t *testing.T, p Policy) Policy {
 	return out
 }
 
-// TestAtRealRegistry: this build's At sets the revision, omits it at 0,
-// and drops nothing (no field of revision >= 2 exists yet).
+// TestAtRealRegistry: this build's At sets the revision and omits it at
+// 0; below revision 2 it clears the token budgets and settings
+// (tokens, tiers[].tenantLimits, tenants[].limits), naming those in use,
+// oldest first, without writing through the caller's slices.
 func TestAtRealRegistry(t *testing.T) {
-	p := Policy{Version: 3, Pool: "ns/p", ColdStartSeconds: 5}
-	for _, rev := range []int{-1, 0, 1, 2} {
-		got, dropped := p.At(rev)
-		want := p
-		want.SchemaVersion = max(0, min(rev, SchemaVersion))
-		if diff := cmp.Diff(want, got); diff != "" {
-			t.Errorf("At(%d) (-want +got):\n%s", rev, diff)
-		}
-		if dropped != nil {
-			t.Errorf("At(%d) dropped %v", rev, dropped)
-		}
+	all := []string{"tokens", "tiers[].tenantLimits", "tenants[].limits"}
+	tests := map[string]struct {
+		in          func(*Policy)
+		rev         int
+		want        func(*Policy)
+		wantDropped []string
+	}{
+		"revision 2 keeps everything":         {rev: 2},
+		"a newer dispatcher reads revision 2": {rev: 5},
+		"revision 1 clears the three, in use": {rev: 1, want: clearBudgets, wantDropped: all},
+		"revision 0 too":                      {rev: 0, want: clearBudgets, wantDropped: all},
+		"below 0 is revision 0":               {rev: -1, want: clearBudgets, wantDropped: all},
+		"only the fields in use are named": {rev: 1, in: func(p *Policy) { p.Tokens = nil; p.Tiers[0].TenantLimits = nil },
+			want: clearBudgets, wantDropped: all[2:]},
+		"one tenant with limits is enough to name them": {rev: 1, in: func(p *Policy) { p.Tokens = nil; p.Tiers[0].TenantLimits = nil; p.Tenants[0].Limits = nil },
+			want: clearBudgets, wantDropped: all[2:]},
+		"nothing of revision 2 in use: nothing named": {rev: 1, in: clearBudgets, want: clearBudgets},
 	}
-	b, err := json.Marshal(func() Policy { q, _ := p.At(0); return q }())
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			p := *budgetPolicy()
+			p.Version, p.Pool = 3, "ns/p"
+			p.Tenants = append(p.Tenants, Tenant{ID: "globex", Tier: "free", Limits: &Limits{RequestsPerMinute: 2}})
+			if tc.in != nil {
+				tc.in(&p)
+			}
+			want := clonePolicy(t, p)
+			if tc.want != nil {
+				tc.want(&want)
+			}
+			want.SchemaVersion = max(0, min(tc.rev, SchemaVersion))
+			before := clonePolicy(t, p)
+			got, dropped := p.At(tc.rev)
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("At(%d) (-want +got):\n%s", tc.rev, diff)
+			}
+			if diff := cmp.Diff(tc.wantDropped, dropped); diff != "" {
+				t.Errorf("At(%d) dropped (-want +got):\n%s", tc.rev, diff)
+			}
+			if diff := cmp.Diff(before, p); diff != "" {
+				t.Errorf("At(%d) wrote through to the caller's policy (-before +after):\n%s", tc.rev, diff)
+			}
+			if got.SchemaVersion < 2 {
+				if err := got.Validate(); err != nil {
+					t.Errorf("At(%d) is invalid: %v", tc.rev, err)
+				}
+			}
+		})
+	}
+	p := budgetPolicy()
+	q, _ := p.At(0)
+	b, err := json.Marshal(q)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if strings.Contains(string(b), "schemaVersion") {
-		t.Errorf("At(0) encodes schemaVersion, which a revision-0 dispatcher refuses: %s", b)
+	for _, field := range []string{"schemaVersion", "tokens", "tenantLimits", `"limits"`} {
+		if strings.Contains(string(b), field) {
+			t.Errorf("At(0) encodes %s, which a revision-0 dispatcher refuses: %s", field, b)
+		}
+	}
+}
+
+// clearBudgets removes every field of revision 2 from p, in place.
+func clearBudgets(p *Policy) {
+	p.Tokens = nil
+	for i := range p.Tiers {
+		p.Tiers[i].TenantLimits = nil
+	}
+	for i := range p.Tenants {
+		p.Tenants[i].Limits = nil
 	}
 }
 
