@@ -247,7 +247,7 @@ func TestComputeBoundsTenantBudgets(t *testing.T) {
 // count, when it is smaller), differ by at most one, are at least 1, and
 // the summary's min and max are theirs; one that serves nothing has 1.
 func TestBudgetSplitSumsExactly(t *testing.T) {
-	budgets := []int64{1, 2, 3, 7, 100, 999_999_999_999, v1alpha1.MaxBudgetPerMinute}
+	budgets := []int64{1, 2, 3, 7, 100, 999_999_999, v1alpha1.MaxBudgetPerMinute}
 	for r := int32(0); r <= 4; r++ {
 		for n := 1; n <= 9; n++ {
 			for mask := 0; mask < 1<<min(n, 4); mask++ {
@@ -295,8 +295,8 @@ func checkSplit(t *testing.T, name string, b budgetSplit, slots []int64, limit i
 	}
 }
 
-// The CRD maxima in the policies: 10¹² over 7 dispatchers is 142857142858
-// once and 142857142857 six times.
+// The CRD maxima in the policies: 10⁹ over 7 dispatchers is 142857143 six
+// times and 142857142 once.
 func TestComputeBoundsBudgetAtTheCRDMaximum(t *testing.T) {
 	tiers := seed.Tiers()
 	tiers[1].Spec.TenantLimits = &v1alpha1.Limits{RequestsPerMinute: v1alpha1.MaxBudgetPerMinute, TokensPerMinute: v1alpha1.MaxBudgetPerMinute}
@@ -314,7 +314,7 @@ func TestComputeBoundsBudgetAtTheCRDMaximum(t *testing.T) {
 		parts = append(parts, l.TokensPerMinute)
 		sum += l.TokensPerMinute
 	}
-	want := []int64{142857142858, 142857142857, 142857142857, 142857142857, 142857142857, 142857142857, 142857142857}
+	want := []int64{142857143, 142857143, 142857143, 142857143, 142857143, 142857143, 142857142}
 	if diff := cmp.Diff(want, parts); diff != "" || sum != v1alpha1.MaxBudgetPerMinute {
 		t.Errorf("parts sum to %d (want %d) (-want +got):\n%s", sum, int64(v1alpha1.MaxBudgetPerMinute), diff)
 	}
@@ -369,11 +369,11 @@ func TestComputeBoundsRefusesBadBudgets(t *testing.T) {
 		wantMsg string
 	}{
 		"negative tier budgets": {BoundsInput{Pool: seed.Pool(), Tiers: tier(&v1alpha1.Limits{RequestsPerMinute: -1, TokensPerMinute: -2})},
-			`invalid bounds input: tier "x": spec.tenantLimits.requestsPerMinute: -1 must be from 1 to 1000000000000; tier "x": spec.tenantLimits.tokensPerMinute: -2 must be from 1 to 1000000000000`},
+			`invalid bounds input: tier "x": spec.tenantLimits.requestsPerMinute: -1 must be from 1 to 1000000000; tier "x": spec.tenantLimits.tokensPerMinute: -2 must be from 1 to 1000000000`},
 		"empty tier budgets": {BoundsInput{Pool: seed.Pool(), Tiers: tier(&v1alpha1.Limits{})},
 			`invalid bounds input: tier "x": spec.tenantLimits: sets neither requestsPerMinute nor tokensPerMinute`},
 		"a quota budget above the maximum": {BoundsInput{Pool: seed.Pool(), Quotas: quota(&v1alpha1.Limits{TokensPerMinute: v1alpha1.MaxBudgetPerMinute + 1})},
-			`invalid bounds input: quota "q": spec.limits.tokensPerMinute: 1000000000001 must be from 1 to 1000000000000`},
+			`invalid bounds input: quota "q": spec.limits.tokensPerMinute: 1000000001 must be from 1 to 1000000000`},
 		"empty quota budgets": {BoundsInput{Pool: seed.Pool(), Quotas: quota(&v1alpha1.Limits{})},
 			`invalid bounds input: quota "q": spec.limits: sets neither requestsPerMinute nor tokensPerMinute`},
 		"negative defaultMaxTokens": {BoundsInput{Pool: seed.Pool(func(p *v1alpha1.ModelPool) { p.Spec.Tokens = &v1alpha1.Tokens{DefaultMaxTokens: -1} })},

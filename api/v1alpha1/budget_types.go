@@ -1,9 +1,10 @@
 package v1alpha1
 
-// MaxBudgetPerMinute is the largest budget the schema takes: 10¹² per
-// minute. Dispatchers keep a bucket's level as a float64 (in Go, and in
-// Redis's Lua), which stays exact to well under a token at that size.
-const MaxBudgetPerMinute = 1_000_000_000_000
+// MaxBudgetPerMinute is the largest budget the schema takes: 10⁹ per
+// minute, the largest the dispatchers' integer bucket maths keeps exact in
+// Go and in Redis's Lua (the tokens package's MaxLimit; a test holds the
+// two equal).
+const MaxBudgetPerMinute = 1_000_000_000
 
 // Limits are one tenant's budgets: token buckets that hold a minute's
 // worth and refill continuously. A request that does not fit is refused
@@ -13,7 +14,7 @@ type Limits struct {
 	// requestsPerMinute is how many requests the tenant may start per
 	// minute.
 	// +kubebuilder:validation:Minimum=1
-	// +kubebuilder:validation:Maximum=1000000000000
+	// +kubebuilder:validation:Maximum=1000000000
 	// +optional
 	RequestsPerMinute int64 `json:"requestsPerMinute,omitempty"`
 
@@ -21,7 +22,7 @@ type Limits struct {
 	// requests may use per minute. A request reserves its estimate at
 	// admission and settles on what its answer used.
 	// +kubebuilder:validation:Minimum=1
-	// +kubebuilder:validation:Maximum=1000000000000
+	// +kubebuilder:validation:Maximum=1000000000
 	// +optional
 	TokensPerMinute int64 `json:"tokensPerMinute,omitempty"`
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	policy "github.com/tiergate/tiergate/api/policy/v1"
+	"github.com/tiergate/tiergate/api/v1alpha1"
 )
 
 const u = UnitsPerToken
@@ -206,5 +207,14 @@ func checkReserve(t *testing.T, where string, before, after Buckets, l policy.Li
 	}
 	if (rl > 0 && refilled.Requests.Level < u) || (tl > 0 && refilled.Tokens.Level < tokens*u) {
 		t.Fatalf("%s: admitted %d tokens from %+v", where, tokens, refilled)
+	}
+}
+
+// TestMaxLimitIsTheSchemaMaximum holds the CRDs' largest budget to the
+// largest the bucket maths keeps exact: a larger schema maximum would let
+// an object through whose budget the dispatchers silently lower.
+func TestMaxLimitIsTheSchemaMaximum(t *testing.T) {
+	if v1alpha1.MaxBudgetPerMinute != MaxLimit {
+		t.Errorf("v1alpha1.MaxBudgetPerMinute = %d, tokens.MaxLimit = %d", int64(v1alpha1.MaxBudgetPerMinute), int64(MaxLimit))
 	}
 }
