@@ -91,9 +91,12 @@ func framedExactly(answer, method string) bool {
 			return false
 		}
 		if resp.StatusCode < 200 && resp.StatusCode != http.StatusSwitchingProtocols {
+			_ = resp.Body.Close()
 			continue
 		}
-		if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+		_, err = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+		if err != nil {
 			return false
 		}
 		_, err = br.Peek(1)

@@ -160,7 +160,7 @@ func awaitClose(c net.Conn, br *bufio.Reader, d time.Duration) bool {
 	defer func() { _ = c.SetReadDeadline(time.Time{}) }()
 	_, err := br.Peek(1)
 	var ne net.Error
-	return err != nil && !(errors.As(err, &ne) && ne.Timeout())
+	return err != nil && (!errors.As(err, &ne) || !ne.Timeout())
 }
 
 // rawClient sends raw bytes to addr and returns the connection, for

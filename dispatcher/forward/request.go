@@ -68,7 +68,7 @@ func newExchange(w http.ResponseWriter, rq *Request) *exchange {
 func (ex *exchange) setBody(out *http.Request) {
 	rq, in := ex.rq, ex.rq.In
 	switch {
-	case rq.Body != nil && len(rq.Body) > 0:
+	case len(rq.Body) > 0:
 		ex.mem.Reset(rq.Body)
 		out.Body, out.ContentLength = &ex.mem, int64(len(rq.Body))
 		out.GetBody = ex.getBody
@@ -95,7 +95,7 @@ func outHeader(rq *Request) http.Header {
 	h := make(http.Header, len(in)+1)
 	conn := in["Connection"]
 	for k, vv := range in {
-		if notForwarded[k] || !(endToEnd(k, conn) || isProtected(rq.Protected, k)) {
+		if notForwarded[k] || (!endToEnd(k, conn) && !isProtected(rq.Protected, k)) {
 			continue
 		}
 		h[k] = vv
@@ -254,8 +254,10 @@ func (ex *exchange) bodyFailure() error {
 // ErrClientBody, and Err is the read's error.
 type ClientBodyError struct{ Err error }
 
-func (e *ClientBodyError) Error() string        { return ErrClientBody.Error() + ": " + e.Err.Error() }
-func (e *ClientBodyError) Unwrap() error        { return e.Err }
+func (e *ClientBodyError) Error() string { return ErrClientBody.Error() + ": " + e.Err.Error() }
+func (e *ClientBodyError) Unwrap() error { return e.Err }
+
+// Is makes every ClientBodyError match ErrClientBody in errors.Is.
 func (e *ClientBodyError) Is(target error) bool { return target == ErrClientBody }
 
 func (b *clientBody) Close() error {

@@ -194,6 +194,7 @@ func TestEarlyFinalAnswer(t *testing.T) {
 	if err != nil {
 		t.Fatalf("no answer in %s: %v", time.Since(start).Round(time.Millisecond), err)
 	}
+	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	took := time.Since(start)
 	t.Logf("413 after %s, %d of %d bytes of the body written", took.Round(time.Millisecond), written.Load(), size)
@@ -221,6 +222,9 @@ func statusLines(t *testing.T, br *bufio.Reader) []string {
 		lines = append(lines, resp.Proto+" "+resp.Status)
 		if resp.StatusCode >= 200 {
 			_, _ = io.Copy(io.Discard, resp.Body)
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode >= 200 {
 			return lines
 		}
 	}
