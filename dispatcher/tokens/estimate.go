@@ -88,7 +88,22 @@ func (c Cost) Reservation() int64 { return c.Prompt + c.Output }
 // so a "Content": "" or "MAX_TOKENS": 1 beside the real key would hide
 // the prompt or the output the server will see. A repeated key counts
 // once, the last, as Python's json reads it.
-type object map[string]json.RawMessage
+type object map[string]rawRef
+
+// rawRef is a JSON value as a slice of the body it was decoded from, not
+// a copy (json.RawMessage copies): Estimate runs on every body before
+// admission, and a body of megabytes must not be copied once per level
+// of nesting while the memory budget counts it only once. It is only
+// decoded by json.Unmarshal from the body itself, which passes
+// UnmarshalJSON a slice of its input; TestEstimateDoesNotCopyThePrompt
+// holds that.
+type rawRef []byte
+
+// UnmarshalJSON keeps b, a slice of the body being decoded.
+func (r *rawRef) UnmarshalJSON(b []byte) error {
+	*r = b
+	return nil
+}
 
 // objectOf decodes raw as an object; false when it is not one.
 func objectOf(raw []byte) (object, bool) {
@@ -211,7 +226,7 @@ func output(o object, prompts int64, defaultMaxTokens int) int64 {
 }
 
 // messagesBytes is the text of a chat request's messages.
-func messagesBytes(raw json.RawMessage) int64 {
+func messagesBytes(raw rawRef) int64 {
 	var messages []object
 	if !decodeArray(raw, &messages) {
 		return 0
@@ -225,7 +240,7 @@ func messagesBytes(raw json.RawMessage) int64 {
 
 // contentBytes is a chat message's text: its content string, or the text
 // of its parts (image and audio parts carry no text and count nothing).
-func contentBytes(raw json.RawMessage) int64 {
+func contentBytes(raw rawRef) int64 {
 	switch firstByte(raw) {
 	case '"':
 		return stringBytes(raw)
@@ -244,9 +259,18 @@ func contentBytes(raw json.RawMessage) int64 {
 }
 
 // stringBytes is the decoded length of raw when it is a string, else 0.
-func stringBytes(raw json.RawMessage) int64 {
+// A string without escapes is its bytes between the quotes, counted
+// without a copy (raw is exactly the value, as decoded); one with
+// escapes is decoded, once.
+func stringBytes(raw rawRef) int64 {
+	if firstByte(raw) != '"' {
+		return 0
+	}
+	if bytes.IndexByte(raw, '\\') < 0 && len(raw) >= 2 && raw[len(raw)-1] == '"' {
+		return int64(len(raw) - 2)
+	}
 	var s string
-	if firstByte(raw) != '"' || json.Unmarshal(raw, &s) != nil {
+	if json.Unmarshal(raw, &s) != nil {
 		return 0
 	}
 	return int64(len(s))
@@ -256,7 +280,7 @@ func stringBytes(raw json.RawMessage) int64 {
 // string, an array of strings, an array of token ids or an array of such
 // arrays. It returns the text's bytes, the token ids, and how many prompts
 // the batch holds.
-func promptParts(raw json.RawMessage) (text, ids, prompts int64) {
+func promptParts(raw rawRef) (text, ids, prompts int64) {
 	switch firstByte(raw) {
 	case '"':
 		return stringBytes(raw), 0, 1
@@ -269,10 +293,10 @@ func promptParts(raw json.RawMessage) (text, ids, prompts int64) {
 	case ']':
 		return 0, 0, 0
 	case '"':
-		var ss []string
+		var ss []rawRef
 		if decodeArray(raw, &ss) {
 			for _, s := range ss {
-				text += int64(len(s))
+				text += stringBytes(s)
 			}
 			return text, 0, int64(len(ss))
 		}
@@ -296,7 +320,7 @@ func promptParts(raw json.RawMessage) (text, ids, prompts int64) {
 // decodeArray decodes an array value into v: an element of the wrong
 // type (a message that is not an object, a number among strings) is left
 // zero and the rest still count.
-func decodeArray(raw json.RawMessage, v any) bool {
+func decodeArray(raw rawRef, v any) bool {
 	return partial(json.Unmarshal(raw, v))
 }
 

@@ -2,6 +2,7 @@ package tokens
 
 import (
 	"math"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -323,4 +324,45 @@ func FuzzEstimate(f *testing.F) {
 			t.Fatalf("Estimate = %+v: usage without a stream", c)
 		}
 	})
+}
+
+// TestEstimateDoesNotCopyThePrompt: a body of a megabyte is estimated
+// without copying its prompt (every request is estimated before
+// admission, outside the memory budget that counts its body once). The
+// bytes allocated per Estimate stay a small fraction of the body, for
+// each shape.
+func TestEstimateDoesNotCopyThePrompt(t *testing.T) {
+	text := strings.Repeat("lorem ipsum ", 1<<20/12)
+	bodies := map[string]struct {
+		path string
+		body string
+	}{
+		"chat, a string":   {PathChat, `{"messages":[{"role":"user","content":"` + text + `"}],"max_tokens":10}`},
+		"chat, text parts": {PathChat, `{"messages":[{"role":"user","content":[{"type":"text","text":"` + text + `"}]}]}`},
+		"completion":       {PathCompletions, `{"prompt":"` + text + `"}`},
+		"a batch":          {PathCompletions, `{"prompt":["` + text + `","` + text + `"]}`},
+		"embedding":        {PathEmbeddings, `{"input":"` + text + `"}`},
+	}
+	for name, tc := range bodies {
+		t.Run(name, func(t *testing.T) {
+			body := []byte(tc.body)
+			c := Estimate(tc.path, body, 4, 16) // warm
+			if c.PromptBytes < int64(len(text)) {
+				t.Fatalf("PromptBytes = %d, want at least %d", c.PromptBytes, len(text))
+			}
+			var before, after runtime.MemStats
+			runtime.GC()
+			runtime.ReadMemStats(&before)
+			const runs = 5
+			for range runs {
+				Estimate(tc.path, body, 4, 16)
+			}
+			runtime.ReadMemStats(&after)
+			perRun := (after.TotalAlloc - before.TotalAlloc) / runs
+			t.Logf("%d bytes allocated per Estimate of a %d-byte body", perRun, len(body))
+			if perRun > uint64(len(body))/16 {
+				t.Errorf("Estimate allocates %d bytes for a %d-byte body: it copies the prompt", perRun, len(body))
+			}
+		})
+	}
 }
