@@ -17,6 +17,7 @@ import (
 	"github.com/tiergate/tiergate/dispatcher/metrics"
 	"github.com/tiergate/tiergate/dispatcher/queue"
 	"github.com/tiergate/tiergate/dispatcher/server"
+	"github.com/tiergate/tiergate/dispatcher/tokens"
 )
 
 // Dispatcher is one dispatcher process's state.
@@ -73,6 +74,7 @@ func (d *Dispatcher) build() error {
 	if err != nil {
 		return err
 	}
+	scfg.Limiter = d.limiter()
 	d.srv, err = server.New(scfg, d.q, d.bal, d.m)
 	if err != nil {
 		return err
@@ -82,6 +84,13 @@ func (d *Dispatcher) build() error {
 		Profiling: cfg.Profiling, Log: cfg.Log.WithName("admin"),
 	}, d)
 	return err
+}
+
+// limiter keeps the tenants' budgets: in this process in local mode.
+// TODO(w-redis): in Redis in fleet mode, once dispatcher/fleet has its
+// Limiter; until then a fleet dispatcher keeps its own buckets.
+func (d *Dispatcher) limiter() tokens.Limiter {
+	return tokens.NewLocal(d.cfg.Clock)
 }
 
 // Apply switches to p, which must be valid. A policy for another pool
@@ -188,6 +197,7 @@ func (d *Dispatcher) levels() metrics.Snapshot {
 		s.BackendHealth[l.Address] = metrics.BackendHealth{Ejected: l.Ejected, Ejections: l.Ejections}
 	}
 	s.BodyBytes, s.BodyBudget = d.srv.Bodies()
+	s.BytesPerToken = d.srv.BytesPerToken()
 	return s
 }
 
