@@ -16,7 +16,7 @@
 #              the dispatcher is the wire contract in api/policy/v1.
 #
 # Without packages it checks ./dispatcher/queue, ./api/policy/v1 and
-# ./dispatcher/balancer with pure, ./capacity and ./simulate with
+# ./dispatcher/balancer and ./dispatcher/tokens with pure, ./capacity and ./simulate with
 # no-client, and ./capacity and ./controllers with no-dispatcher; a guarded
 # package that does not exist yet is reported and skipped. Named packages
 # are checked with --rule (default pure). Each check prints its rule.
@@ -52,7 +52,7 @@ checks=()
 if [[ $# -gt 0 ]]; then
 	for p in "$@"; do checks+=("$rule $p"); done
 else
-	for c in "pure ./dispatcher/queue" "pure ./api/policy/v1" "pure ./dispatcher/balancer" \
+	for c in "pure ./dispatcher/queue" "pure ./api/policy/v1" "pure ./dispatcher/balancer" "pure ./dispatcher/tokens" \
 		"no-client ./capacity" "no-client ./simulate" "no-dispatcher ./capacity" "no-dispatcher ./controllers"; do
 		p=${c#* }
 		if compgen -G "$p/*.go" >/dev/null; then

@@ -39,6 +39,13 @@
 // Redis answers it replays the removals Redis missed, writes back every
 // lease the dispatcher holds (reconciliation), and fleet mode resumes.
 //
+// Budgets. Budgets (from Redis.Budgets) is the tokens.Limiter of fleet
+// mode: each tenant's request and token buckets are one hash under the
+// pool's hash tag, and Reserve and Settle are one script round trip each
+// (reserveScript, settleScript), refilled by Redis's TIME, so every
+// dispatcher of the pool takes from the same budgets. A failed call is an
+// error wrapping ErrBudgetsUnavailable; budgets have no degraded mode.
+//
 // Concurrency model: the queue calls Enqueue (from every admission at
 // once) and Exchange (from its pump, one at a time) without its own lock.
 // One mutex guards the Gate's ledger and mode; it is never held across a
@@ -47,4 +54,6 @@
 // queue from a Gate method. Three goroutines, started by Start and stopped
 // by Close: the renewal loop (ticker), the pub/sub subscriber and the
 // waker, which calls the queue's Kick for coalesced wake-up signals.
+// Budgets holds no state of its own: its calls run concurrently on the
+// Gate's client.
 package fleet

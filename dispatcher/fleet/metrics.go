@@ -10,6 +10,8 @@ const (
 	opRenew    = "renew"
 	opFlush    = "flush" // removals outside an exchange: replayed, or of another pool
 	opLeave    = "leave"
+	opReserve  = "reserve" // a token budget reservation (Budgets)
+	opSettle   = "settle"  // a token budget settlement (Budgets)
 )
 
 // Wake-up sources of tiergate_state_wakeups_total.
@@ -79,7 +81,7 @@ func newMetrics(g *Redis) *metrics {
 			ConstLabels: prometheus.Labels{"kind": "queued"},
 		}, func() float64 { return float64(g.status().Queued) }),
 	}
-	for _, op := range []string{opEnqueue, opExchange, opRenew, opFlush, opLeave} {
+	for _, op := range []string{opEnqueue, opExchange, opRenew, opFlush, opLeave, opReserve, opSettle} {
 		m.errors.WithLabelValues(op)
 	}
 	for _, s := range []string{wakePubSub, wakeTimer, wakeTransition, wakeResub} {

@@ -67,8 +67,12 @@ func copyBody(w http.ResponseWriter, body io.Reader, stream bool) error {
 	if body == http.NoBody {
 		return nil
 	}
-	buf := getBuffer()
-	defer putBuffer(buf)
+	pool := &copyBuffers
+	if stream {
+		pool = &streamBuffers
+	}
+	buf := pool.Get().(*[]byte)
+	defer pool.Put(buf)
 	for {
 		n, rerr := body.Read(*buf)
 		if n > 0 {
@@ -103,8 +107,11 @@ func flush(w http.ResponseWriter) error {
 	}
 }
 
-// copyBuffers are the 32 KiB buffers answers are copied through.
-var copyBuffers = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
-
-func getBuffer() *[]byte  { return copyBuffers.Get().(*[]byte) }
-func putBuffer(b *[]byte) { copyBuffers.Put(b) }
+// copyBuffers are the 32 KiB buffers whole answers are copied through.
+// streamBuffers are smaller: a stream holds its buffer for its whole
+// length (minutes of decoding, thousands at once), and its events (an SSE
+// chunk of a token is a few hundred bytes) come one read at a time anyway.
+var (
+	copyBuffers   = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+	streamBuffers = sync.Pool{New: func() any { b := make([]byte, 4<<10); return &b }}
+)

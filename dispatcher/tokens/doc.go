@@ -14,14 +14,21 @@
 //   - Meter watches an answer's bytes on their way to the client and
 //     reports its usage: a JSON answer's "usage", a stream's last usage
 //     chunk, else the content chunks it streamed.
-//   - Limiter is the budgets' contract. Local keeps the buckets in this
-//     process; dispatcher/fleet keeps them in Redis with the same
-//     semantics, and internal/limitertest holds both to them.
+//   - Limiter is the budgets' contract. ReserveAt and SettleAt are its
+//     bucket maths as pure functions over stored State, in integers (see
+//     bucket.go for the formulas the Redis script mirrors). Local keeps
+//     the buckets in this process; dispatcher/fleet keeps them in Redis
+//     with the same semantics, and internal/limitertest holds both to
+//     them.
+//   - Headers turns a Decision into the x-ratelimit-* headers.
 //
 // Nothing here imports net/http or a Kubernetes package; all time comes
 // from an injected clock.
 //
-// Concurrency model: Estimate is a pure function. Ratio and Local are safe
-// for concurrent use (one mutex each, held for arithmetic only). A Meter
-// belongs to one request and is not safe for concurrent use.
+// Concurrency model: Estimate, ReserveAt, SettleAt and Headers are pure
+// functions. Ratio and Local are safe for concurrent use (one mutex each,
+// held for arithmetic only; Local forgets idle keys on its callers' calls,
+// with no goroutine). A Meter belongs to one answer and is not safe for
+// concurrent use; Reset readies it for another, so the server may pool
+// them.
 package tokens

@@ -40,7 +40,10 @@ type Decision struct {
 	// OK: the request's reservation was taken from every budget it has.
 	OK bool
 	// Budget names the budget that refused (BudgetRequests or
-	// BudgetTokens); "" when OK. When both refuse, BudgetRequests.
+	// BudgetTokens); "" when OK. When both refuse, BudgetRequests, except
+	// that a reservation above the whole tokens limit is always refused
+	// by BudgetTokens as Never: no wait admits it, so the client must not
+	// be told to retry.
 	Budget string
 	// Never: the reservation is more than the refusing budget's whole
 	// Limit, so no wait makes it fit (x-should-retry: false).
@@ -59,7 +62,8 @@ type Settlement struct {
 	Reserved int64
 	// Used is the tokens the request used; Reserved − Used goes back to
 	// the token bucket (a negative difference is taken from it, and the
-	// level may go below 0).
+	// level may go below 0, down to one window's debt: −Limit; see
+	// bucket.go).
 	Used int64
 	// RefundRequest gives the request back to the requests bucket: the
 	// request never reached a backend.
@@ -70,7 +74,9 @@ type Settlement struct {
 // policy in force when the request was reserved); a bucket first seen is
 // full, and a limit that changed caps the bucket's level at the new limit
 // without refilling it. A Limits with both fields 0 is no budget: Reserve
-// answers OK with zero Buckets and nothing is stored.
+// answers OK with zero Buckets and nothing is stored. A limit above
+// MaxLimit counts as MaxLimit. ReserveAt and SettleAt (bucket.go) are the
+// semantics every implementation computes.
 type Limiter interface {
 	// Reserve takes one request and tokens (the reservation, >= 0) from
 	// k's buckets: from both or from neither. A refusal takes nothing.

@@ -145,7 +145,7 @@ func TestCheckImports(t *testing.T) {
 // What the default run prints for the pure and no-client checks of an
 // unbroken tree.
 const (
-	treePure     = "check-imports: ./dispatcher/queue ok (pure)\ncheck-imports: ./api/policy/v1 ok (pure)\ncheck-imports: ./dispatcher/balancer ok (pure)\n"
+	treePure     = "check-imports: ./dispatcher/queue ok (pure)\ncheck-imports: ./api/policy/v1 ok (pure)\ncheck-imports: ./dispatcher/balancer ok (pure)\ncheck-imports: ./dispatcher/tokens ok (pure)\n"
 	treeNoClient = "check-imports: ./capacity ok (no-client)\ncheck-imports: ./simulate ok (no-client)\n"
 )
 
