@@ -86,10 +86,15 @@ func (d *Dispatcher) build() error {
 	return err
 }
 
-// limiter keeps the tenants' budgets: in this process in local mode.
-// TODO(w-redis): in Redis in fleet mode, once dispatcher/fleet has its
-// Limiter; until then a fleet dispatcher keeps its own buckets.
+// limiter keeps the tenants' budgets: in this process in local mode, and
+// in the fleet's Redis in fleet mode, where every dispatcher of the pool
+// takes from the same buckets. A budget Redis cannot answer for refuses
+// its request as unavailable; the Gate's degraded mode does not extend to
+// budgets (docs/fleet.md).
 func (d *Dispatcher) limiter() tokens.Limiter {
+	if d.gate != nil {
+		return d.gate.Budgets()
+	}
 	return tokens.NewLocal(d.cfg.Clock)
 }
 

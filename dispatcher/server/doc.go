@@ -54,6 +54,8 @@
 // or refusal, carries the x-ratelimit-* headers of the latest Decision, set
 // as its head goes out; a backend's own are replaced. Answers that report
 // usage teach the pool's bytes-per-token Ratio, which outlives policies.
+// Bodies of 64 KiB and more are estimated GOMAXPROCS at a time: decoding a
+// prompt copies it, and this bounds what those copies hold at once.
 //
 // One exit: every stage (serve, queueAndForward, forward, settle,
 // forwardExempt, the refusals) returns an outcome (a refusal, a code set

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"runtime"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -66,18 +67,20 @@ type state struct {
 
 // Server is the data-port handler.
 type Server struct {
-	cfg      Config
-	q        *queue.Queue
-	bal      *balancer.Balancer
-	m        *metrics.Metrics
-	fwd      *forward.Forwarder
-	bodies   *budget.Budget
-	lim      tokens.Limiter
-	ratio    *tokens.Ratio // the pool's bytes per token, kept across policies
-	cur      atomic.Pointer[state]
-	draining atomic.Bool
-	active   atomic.Int64
-	idle     chan struct{} // signalled when active drops to 0
+	cfg    Config
+	q      *queue.Queue
+	bal    *balancer.Balancer
+	m      *metrics.Metrics
+	fwd    *forward.Forwarder
+	bodies *budget.Budget
+	lim    tokens.Limiter
+	ratio  *tokens.Ratio // the pool's bytes per token, kept across policies
+	// estimating holds a place per large body being estimated (tokens.go).
+	estimating chan struct{}
+	cur        atomic.Pointer[state]
+	draining   atomic.Bool
+	active     atomic.Int64
+	idle       chan struct{} // signalled when active drops to 0
 	// noPolicy counts the requests refused before any pool was known.
 	noPolicy *metrics.Series
 }
@@ -95,7 +98,7 @@ func New(cfg Config, q *queue.Queue, bal *balancer.Balancer, m *metrics.Metrics)
 		return nil, err
 	}
 	s := &Server{cfg: cfg, q: q, bal: bal, m: m, bodies: bodies, fwd: cfg.Forwarder, lim: cfg.Limiter, ratio: tokens.NewRatio(tokens.DefaultBytesPerToken),
-		idle: make(chan struct{}, 1), noPolicy: m.Series("", "")}
+		estimating: make(chan struct{}, runtime.GOMAXPROCS(0)), idle: make(chan struct{}, 1), noPolicy: m.Series("", "")}
 	return s, nil
 }
 

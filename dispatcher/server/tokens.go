@@ -61,12 +61,15 @@ func (b budgets) of(tenant string) policy.Limits {
 }
 
 // reserve estimates the request's cost and, when its tenant has a budget,
-// takes the reservation from it. ok is false when the request is refused:
-// 429 rate_limited at once, never queued, or 503 unavailable when the
-// budgets cannot be read. Once ok, settleTokens must follow.
+// takes the reservation from it. ok is false when the request is refused
+// (429 rate_limited at once, never queued, or 503 unavailable when the
+// budgets cannot be read) or its client left. Once ok, settleTokens must
+// follow.
 func (s *Server) reserve(x *exchange, r *http.Request, st *state, who identity.Identity, body []byte) (outcome, bool) {
 	t := &x.tok
-	t.cost = tokens.Estimate(r.URL.Path, body, s.ratio.Value(), st.maxTokens)
+	if !s.estimate(r, st, body, &t.cost) {
+		return clientGone(""), false
+	}
 	t.limits = st.budgets.of(who.Tenant)
 	x.sw.tok = t // meters the answer; sets the headers when budget
 	if t.limits.IsZero() {
@@ -88,6 +91,29 @@ func (s *Server) reserve(x *exchange, r *http.Request, st *state, who identity.I
 	}
 	t.open = true
 	return outcome{}, true
+}
+
+// largeBody is the body size from which estimates take turns.
+const largeBody = 64 << 10
+
+// estimate sets c to the cost of body. Decoding a prompt with
+// encoding/json copies it (the raw member, then the string) while the
+// body itself is still held, so many large bodies estimated at once would
+// hold a few times the bodies the budget allows. Large ones therefore take
+// turns, GOMAXPROCS at a time (the work is all CPU, so no more could run
+// anyway), which bounds that extra memory to a few × GOMAXPROCS ×
+// MaxBodyBytes. It is false when the client left while waiting its turn.
+func (s *Server) estimate(r *http.Request, st *state, body []byte, c *tokens.Cost) bool {
+	if len(body) >= largeBody {
+		select {
+		case s.estimating <- struct{}{}:
+			defer func() { <-s.estimating }()
+		case <-r.Context().Done():
+			return false
+		}
+	}
+	*c = tokens.Estimate(r.URL.Path, body, s.ratio.Value(), st.maxTokens)
+	return true
 }
 
 // settleTokens ends an open reservation, once, however the request ended.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
 	"testing"
@@ -426,4 +427,32 @@ func estimateHistogram(t *testing.T, g prometheus.Gatherer) *dto.Histogram {
 		}
 	}
 	return &dto.Histogram{}
+}
+
+// Large bodies are estimated a few at a time: one that waits its turn
+// after its client left ends as a 499 without reaching the backend, and
+// once a turn is free the next is served.
+func TestLargeEstimatesTakeTurns(t *testing.T) {
+	f := newFixture(t, testPolicy(policy.AuthTrustedHeader, 2))
+	for range cap(f.srv.estimating) {
+		f.srv.estimating <- struct{}{}
+	}
+	body := completion(largeBody) // longer than largeBody with its JSON
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	req := httptest.NewRequestWithContext(ctx, http.MethodPost, "/v1/completions", strings.NewReader(body))
+	req.Header.Set("X-Tenant-Id", "acme")
+	f.srv.ServeHTTP(httptest.NewRecorder(), req)
+	if diff := cmp.Diff(map[string]float64{"code=499,pool=p,tier=premium": 1}, series(t, f.reg, "tiergate_requests_total")); diff != "" {
+		t.Errorf("requests_total (-want +got)\n%s", diff)
+	}
+	for range cap(f.srv.estimating) {
+		<-f.srv.estimating
+	}
+	if got := f.tokenDo(t, tokenCall{tenant: "acme", body: body}); got.code != 200 {
+		t.Errorf("with turns free: %d %s", got.code, got.body)
+	}
+	if n := len(f.be.paths); n != 1 {
+		t.Errorf("%d requests reached the backend, want 1", n)
+	}
 }
