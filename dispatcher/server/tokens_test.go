@@ -376,7 +376,7 @@ func TestExemptPathsHaveNoBudget(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Unix(1_000_000, 0))
 	f := newFixtureConfig(t, budgetPolicy(), Config{Limiter: tokens.NewLocal(clk)})
 	for range 3 {
-		if got := f.do(t, http.MethodGet, "/v1/models", http.Header{"X-Tenant-Id": {"zed"}}); got.StatusCode != 200 || len(limitHeaders(got.Header)) != 0 {
+		if got := f.do(t, http.MethodGet, "/v1/models", http.Header{"X-Tenant-Id": {"zed"}}); got.StatusCode != http.StatusOK || len(limitHeaders(got.Header)) != 0 {
 			t.Fatalf("exempt: %d, x-ratelimit-* %v", got.StatusCode, limitHeaders(got.Header))
 		}
 	}

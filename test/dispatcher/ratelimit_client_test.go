@@ -109,7 +109,7 @@ func TestOpenAIClientAndBudgets(t *testing.T) {
 		a := &attempts{}
 		err := complete(client(a), 1000)
 		var apiErr *openai.Error
-		if !errors.As(err, &apiErr) || apiErr.StatusCode != 429 || apiErr.Type != "rate_limited" {
+		if !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusTooManyRequests || apiErr.Type != "rate_limited" {
 			t.Fatalf("error %v, want a 429 rate_limited openai.Error", err)
 		}
 		want := `tenant "acme" is over its tokens budget (600 per minute): this request reserves 1001 tokens, more than the whole budget, so it can never be admitted; lower max_tokens (or max_completion_tokens) or shorten the prompt`

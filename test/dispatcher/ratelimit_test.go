@@ -253,7 +253,7 @@ func (r *settleRun) run(s settleStep) {
 		r.t.Fatalf("%s: %v", s.name, err)
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != 200 {
+	if resp.StatusCode != http.StatusOK {
 		r.t.Fatalf("%s: status %d", s.name, resp.StatusCode)
 	}
 	r.check(s.name, resp.Header, s.reserve, sent)
