@@ -197,8 +197,9 @@ func (b *Backend) validate() []error {
 	return errs
 }
 
-// ErrNoCertificate: a --backend-ca-file with no PEM certificate in it, which
-// would otherwise make every https backend fail verification.
+// ErrNoCertificate is the error of a --backend-ca-file with no PEM
+// certificate in it, which would otherwise make every https backend fail
+// verification.
 var ErrNoCertificate = errors.New("holds no PEM certificate")
 
 // tlsConfig is the client TLS of https backends: nil (the system roots)

@@ -17,6 +17,7 @@ import (
 	"github.com/tiergate/tiergate/dispatcher/metrics"
 	"github.com/tiergate/tiergate/dispatcher/queue"
 	"github.com/tiergate/tiergate/dispatcher/server"
+	"github.com/tiergate/tiergate/dispatcher/tokens"
 )
 
 // Dispatcher is one dispatcher process's state.
@@ -73,6 +74,7 @@ func (d *Dispatcher) build() error {
 	if err != nil {
 		return err
 	}
+	scfg.Limiter = d.limiter()
 	d.srv, err = server.New(scfg, d.q, d.bal, d.m)
 	if err != nil {
 		return err
@@ -82,6 +84,18 @@ func (d *Dispatcher) build() error {
 		Profiling: cfg.Profiling, Log: cfg.Log.WithName("admin"),
 	}, d)
 	return err
+}
+
+// limiter keeps the tenants' budgets: in this process in local mode, and
+// in the fleet's Redis in fleet mode, where every dispatcher of the pool
+// takes from the same buckets. A budget Redis cannot answer for refuses
+// its request as unavailable; the Gate's degraded mode does not extend to
+// budgets (docs/fleet.md).
+func (d *Dispatcher) limiter() tokens.Limiter {
+	if d.gate != nil {
+		return d.gate.Budgets()
+	}
+	return tokens.NewLocal(d.cfg.Clock)
 }
 
 // Apply switches to p, which must be valid. A policy for another pool
@@ -188,6 +202,7 @@ func (d *Dispatcher) levels() metrics.Snapshot {
 		s.BackendHealth[l.Address] = metrics.BackendHealth{Ejected: l.Ejected, Ejections: l.Ejections}
 	}
 	s.BodyBytes, s.BodyBudget = d.srv.Bodies()
+	s.BytesPerToken = d.srv.BytesPerToken()
 	return s
 }
 

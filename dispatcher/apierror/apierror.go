@@ -12,6 +12,7 @@ import (
 	"github.com/tiergate/tiergate/dispatcher/budget"
 	"github.com/tiergate/tiergate/dispatcher/identity"
 	"github.com/tiergate/tiergate/dispatcher/queue"
+	"github.com/tiergate/tiergate/dispatcher/tokens"
 )
 
 // statuses is the HTTP status of each refusal cause (queue.Causes); this
@@ -31,6 +32,7 @@ var statuses = map[string]int{
 	queue.CauseMethodNotAllowed: http.StatusMethodNotAllowed,
 	queue.CauseOverloaded:       http.StatusServiceUnavailable,
 	queue.CauseBackendTimeout:   http.StatusGatewayTimeout,
+	queue.CauseRateLimited:      http.StatusTooManyRequests,
 }
 
 // statusOf is the HTTP status of a cause; 500 for one that statuses lacks,
@@ -49,6 +51,9 @@ const (
 	HeaderTier          = "X-Tier"
 	// HeaderQueueWaitMs is set on successful responses: milliseconds queued.
 	HeaderQueueWaitMs = "X-Queue-Wait-Ms"
+	// HeaderShouldRetry "false" tells the OpenAI SDKs not to retry a
+	// refusal whatever its status (they honour it before the status).
+	HeaderShouldRetry = "X-Should-Retry"
 )
 
 // Error is one refusal. Write sends it.
@@ -63,6 +68,9 @@ type Error struct {
 	Position int
 	// RetryAfter is rounded up to whole seconds; 0 leaves out Retry-After.
 	RetryAfter time.Duration
+	// Never: no wait makes the request acceptable, so Write adds
+	// X-Should-Retry: false.
+	Never bool
 }
 
 func (e *Error) Error() string { return e.Cause + ": " + e.Message }
@@ -115,6 +123,9 @@ func (e *Error) Write(w http.ResponseWriter) {
 	}
 	if e.Tier != "" {
 		h.Set(HeaderTier, e.Tier)
+	}
+	if e.Never {
+		h.Set(HeaderShouldRetry, "false")
 	}
 	w.WriteHeader(e.Status)
 	_, _ = w.Write(b)
@@ -273,5 +284,47 @@ func Overloaded(tier string, limit int64) *Error {
 	e := newError(queue.CauseOverloaded, tier,
 		fmt.Sprintf("queued request bodies would exceed the dispatcher's %s budget (--max-queued-bytes); retry shortly or on another instance", budget.FormatBytes(limit)))
 	e.RetryAfter = overloadedRetry
+	return e
+}
+
+// RateLimited is the 429 of a request that its tenant's budget refused
+// (d, a refused tokens.Decision); reservation is the tokens it asked for.
+// The message names the budget, its limit and the request's cost. A
+// request more than the whole budget (d.Never) is marked Never and has no
+// Retry-After: waiting cannot make it fit.
+func RateLimited(tenant, tier string, d tokens.Decision, reservation int64) *Error {
+	limit, cost := d.Tokens.Limit, fmt.Sprintf("%d tokens", reservation)
+	if d.Budget == tokens.BudgetRequests {
+		limit, cost = d.Requests.Limit, "1 request"
+	}
+	e := newError(queue.CauseRateLimited, tier, "")
+	over := fmt.Sprintf("tenant %q is over its %s budget (%d per minute): this request reserves %s", tenant, d.Budget, limit, cost)
+	if d.Never {
+		e.Never = true
+		e.Message = over + ", more than the whole budget, so it can never be admitted; lower max_tokens (or max_completion_tokens) or shorten the prompt"
+		return e
+	}
+	// The message's wait is exact to the millisecond, rounded up;
+	// Retry-After has it in whole seconds, rounded up.
+	e.RetryAfter = max(d.RetryAfter, time.Millisecond)
+	e.Message = fmt.Sprintf("%s; retry after %s", over, ceilMillis(e.RetryAfter))
+	return e
+}
+
+// ceilMillis is d rounded up to a whole millisecond.
+func ceilMillis(d time.Duration) time.Duration {
+	return (d + time.Millisecond - 1).Truncate(time.Millisecond)
+}
+
+// budgetRetry is the Retry-After of budgets that could not be read: the
+// store (Redis) is expected back, or the client retries elsewhere.
+const budgetRetry = time.Second
+
+// BudgetsUnavailable is the 503 of a request whose tenant's budgets could
+// not be read or settled (err: the Limiter's), as a failure of the
+// fleet's shared state is.
+func BudgetsUnavailable(tier string, err error) *Error {
+	e := newError(queue.CauseUnavailable, tier, "the tenant's budgets could not be checked: "+err.Error())
+	e.RetryAfter = budgetRetry
 	return e
 }

@@ -14,6 +14,7 @@ import (
 	policy "github.com/tiergate/tiergate/api/policy/v1"
 	"github.com/tiergate/tiergate/dispatcher/identity"
 	"github.com/tiergate/tiergate/dispatcher/queue"
+	"github.com/tiergate/tiergate/dispatcher/tokens"
 )
 
 func TestFromQueue(t *testing.T) {
@@ -96,7 +97,7 @@ func TestEveryCauseHasAStatus(t *testing.T) {
 		"capacity": 429, "tenant_limit": 429, "unauthenticated": 401, "unknown_tenant": 403,
 		"unavailable": 503, "draining": 503, "queue_timeout": 504, "body_too_large": 413,
 		"bad_request": 400, "request_timeout": 408, "backend_error": 502, "method_not_allowed": 405,
-		"overloaded": 503, "backend_timeout": 504,
+		"overloaded": 503, "backend_timeout": 504, "rate_limited": 429,
 	}
 	got := map[string]int{}
 	for _, c := range queue.Causes() {
@@ -177,6 +178,20 @@ func TestWrite(t *testing.T) {
 			wantHeaders: http.Header{"X-Tier": {"free"}, "Content-Type": {"application/json"}, "Cache-Control": {"no-store"}},
 			wantBody:    `{"error":{"type":"backend_timeout","message":"the model backend did not start its answer in time","tier":"free","queue_position":0,"retry_after_seconds":0}}` + "\n",
 		},
+		"429 rate_limited: Retry-After rounded up, no queue position": {
+			err: *RateLimited("acme", "premium", tokens.Decision{Budget: tokens.BudgetTokens, RetryAfter: 1300 * time.Millisecond,
+				Tokens: tokens.Bucket{Limit: 60000}}, 1300),
+			wantHeaders: http.Header{"Retry-After": {"2"}, "X-Tier": {"premium"},
+				"Content-Type": {"application/json"}, "Cache-Control": {"no-store"}},
+			wantBody: `{"error":{"type":"rate_limited","message":"tenant \"acme\" is over its tokens budget (60000 per minute): this request reserves 1300 tokens; retry after 1.3s","tier":"premium","queue_position":0,"retry_after_seconds":2}}` + "\n",
+		},
+		"429 rate_limited that can never fit: X-Should-Retry false, no Retry-After": {
+			err: *RateLimited("acme", "premium", tokens.Decision{Budget: tokens.BudgetTokens, Never: true,
+				Tokens: tokens.Bucket{Limit: 1000, Remaining: 1000}}, 1300),
+			wantHeaders: http.Header{"X-Should-Retry": {"false"}, "X-Tier": {"premium"},
+				"Content-Type": {"application/json"}, "Cache-Control": {"no-store"}},
+			wantBody: `{"error":{"type":"rate_limited","message":"` + neverMsg + `","tier":"premium","queue_position":0,"retry_after_seconds":0}}` + "\n",
+		},
 		"401 has no queue headers": {
 			err:         Error{Status: 401, Cause: queue.CauseUnauthenticated, Message: "unknown API key"},
 			wantHeaders: http.Header{"Content-Type": {"application/json"}, "Cache-Control": {"no-store"}},
@@ -199,5 +214,59 @@ func TestWrite(t *testing.T) {
 				t.Errorf("body (-want +got)\n%s", diff)
 			}
 		})
+	}
+}
+
+// neverMsg is the message of a 1300-token request to acme's 1000-token budget.
+const neverMsg = `tenant \"acme\" is over its tokens budget (1000 per minute): this request reserves 1300 tokens, more than the whole budget, so it can never be admitted; lower max_tokens (or max_completion_tokens) or shorten the prompt`
+
+func TestRateLimited(t *testing.T) {
+	tests := map[string]struct {
+		d           tokens.Decision
+		reservation int64
+		want        Error
+	}{
+		"tokens: the wait to the millisecond in the message, whole seconds in Retry-After": {
+			d: tokens.Decision{Budget: tokens.BudgetTokens, RetryAfter: 1300 * time.Millisecond,
+				Requests: tokens.Bucket{Limit: 60, Remaining: 59}, Tokens: tokens.Bucket{Limit: 60000, Remaining: 200}},
+			reservation: 1300,
+			want: Error{Status: 429, Cause: queue.CauseRateLimited, Tier: "premium", RetryAfter: 1300 * time.Millisecond,
+				Message: `tenant "acme" is over its tokens budget (60000 per minute): this request reserves 1300 tokens; retry after 1.3s`},
+		},
+		"tokens: a wait of a fraction of a millisecond is rounded up": {
+			d:           tokens.Decision{Budget: tokens.BudgetTokens, RetryAfter: 20*time.Millisecond + 1, Tokens: tokens.Bucket{Limit: 500}},
+			reservation: 12,
+			want: Error{Status: 429, Cause: queue.CauseRateLimited, Tier: "premium", RetryAfter: 20*time.Millisecond + 1,
+				Message: `tenant "acme" is over its tokens budget (500 per minute): this request reserves 12 tokens; retry after 21ms`},
+		},
+		"requests: the cost is one request": {
+			d: tokens.Decision{Budget: tokens.BudgetRequests, RetryAfter: 2 * time.Second,
+				Requests: tokens.Bucket{Limit: 30}, Tokens: tokens.Bucket{Limit: 60000, Remaining: 60000}},
+			reservation: 1300,
+			want: Error{Status: 429, Cause: queue.CauseRateLimited, Tier: "premium", RetryAfter: 2 * time.Second,
+				Message: `tenant "acme" is over its requests budget (30 per minute): this request reserves 1 request; retry after 2s`},
+		},
+		"more than the whole budget: Never, no Retry-After": {
+			d:           tokens.Decision{Budget: tokens.BudgetTokens, Never: true, Tokens: tokens.Bucket{Limit: 1000, Remaining: 1000}},
+			reservation: 1300,
+			want: Error{Status: 429, Cause: queue.CauseRateLimited, Tier: "premium", Never: true,
+				Message: `tenant "acme" is over its tokens budget (1000 per minute): this request reserves 1300 tokens, more than the whole budget, so it can never be admitted; lower max_tokens (or max_completion_tokens) or shorten the prompt`},
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			if diff := cmp.Diff(tc.want, *RateLimited("acme", "premium", tc.d, tc.reservation)); diff != "" {
+				t.Errorf("(-want +got)\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestBudgetsUnavailable(t *testing.T) {
+	got := BudgetsUnavailable("premium", errors.New("redis: connection refused"))
+	want := Error{Status: 503, Cause: queue.CauseUnavailable, Tier: "premium", RetryAfter: time.Second,
+		Message: "the tenant's budgets could not be checked: redis: connection refused"}
+	if diff := cmp.Diff(want, *got); diff != "" {
+		t.Errorf("(-want +got)\n%s", diff)
 	}
 }

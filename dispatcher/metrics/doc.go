@@ -3,12 +3,13 @@
 //
 // Two kinds:
 //   - events the data path observes (queue_wait_seconds, service_seconds,
-//     rejections_total, abandoned_total, requests_total), kept in vectors;
+//     rejections_total, abandoned_total, requests_total, tokens_total,
+//     token_estimate_error_ratio), kept in vectors;
 //   - levels read at scrape time from a Snapshot function (queue_length,
 //     queue_bound, oldest_queued_age_seconds, inflight, slots, utilisation,
-//     backend_inflight, policy_version, queued_body_bytes and
-//     queued_body_budget_bytes), so they are never stale and a tier
-//     or backend that went away simply stops appearing.
+//     backend_inflight, policy_version, queued_body_bytes,
+//     queued_body_budget_bytes and bytes_per_token), so they are never
+//     stale and a tier or backend that went away simply stops appearing.
 //
 // SetTiers deletes the event series of tiers (and of a pool) that the
 // current policy no longer has. Series is one pool and tier's event series,

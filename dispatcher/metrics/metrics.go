@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -39,6 +40,9 @@ type Snapshot struct {
 	BodyBytes, BodyBudget int64
 	// BackendHealth maps address to its passive health.
 	BackendHealth map[string]BackendHealth
+	// BytesPerToken is the pool's learned prompt bytes per token; 0 leaves
+	// the gauge out.
+	BytesPerToken float64
 }
 
 // BackendHealth is one backend's passive health.
@@ -54,12 +58,14 @@ type Metrics struct {
 	rejections *prometheus.CounterVec
 	abandoned  *prometheus.CounterVec
 	requests   *prometheus.CounterVec
+	tokens     *prometheus.CounterVec
+	estimate   *prometheus.HistogramVec
 
 	snapshot func() Snapshot
 
 	queueLength, queueBound, oldestAge, inflight, slots, utilisation, backendInflight, policyVersion *prometheus.Desc
 	backendEjected, backendEjections                                                                 *prometheus.Desc
-	bodyBytes, bodyBudget                                                                            *prometheus.Desc
+	bodyBytes, bodyBudget, bytesPerToken                                                             *prometheus.Desc
 
 	mu    sync.Mutex
 	pool  string
@@ -92,6 +98,15 @@ func New(reg prometheus.Registerer, snapshot func() Snapshot) (*Metrics, error) 
 			Name: "tiergate_requests_total",
 			Help: "Finished requests by HTTP status sent (499: the client went away first).",
 		}, []string{"pool", "tier", "code"}),
+		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tiergate_tokens_total",
+			Help: "Tokens settled against requests that reached a backend, by kind (prompt, completion): the answer's usage, else the estimate.",
+		}, []string{"pool", "tier", "kind"}),
+		estimate: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "tiergate_token_estimate_error_ratio",
+			Help:    "A prompt's estimated tokens over the usage.prompt_tokens its answer reported (1 is exact).",
+			Buckets: estimateBuckets(),
+		}, []string{"pool"}),
 		snapshot:        snapshot,
 		queueLength:     prometheus.NewDesc("tiergate_queue_length", "Requests queued now, by tier.", pt, nil),
 		queueBound:      prometheus.NewDesc("tiergate_queue_bound", "Queue bound of the tier (this dispatcher's share).", pt, nil),
@@ -107,8 +122,10 @@ func New(reg prometheus.Registerer, snapshot func() Snapshot) (*Metrics, error) 
 			"Times the backend was ejected for failing requests in a row.", []string{"pool", "backend"}, nil),
 		bodyBytes:  prometheus.NewDesc("tiergate_queued_body_bytes", "Bytes of the request bodies being read or queued, charged to --max-queued-bytes.", []string{"pool"}, nil),
 		bodyBudget: prometheus.NewDesc("tiergate_queued_body_budget_bytes", "The budget of queued request bodies (--max-queued-bytes); past it requests get 503 overloaded.", []string{"pool"}, nil),
+		bytesPerToken: prometheus.NewDesc("tiergate_bytes_per_token",
+			"Prompt bytes per token the pool's estimate uses, learned from the answers' usage.prompt_tokens.", []string{"pool"}, nil),
 	}
-	for _, c := range []prometheus.Collector{m.queueWait, m.service, m.rejections, m.abandoned, m.requests, levels{m}} {
+	for _, c := range []prometheus.Collector{m.queueWait, m.service, m.rejections, m.abandoned, m.requests, m.tokens, m.estimate, levels{m}} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -142,17 +159,47 @@ func (m *Metrics) Request(pool, tier string, code int) {
 	m.requests.WithLabelValues(pool, tier, strconv.Itoa(code)).Inc()
 }
 
+// Tokens counts the tokens settled against a request, by kind.
+func (m *Metrics) Tokens(pool, tier string, prompt, completion int64) {
+	m.tokens.WithLabelValues(pool, tier, KindPrompt).Add(float64(prompt))
+	m.tokens.WithLabelValues(pool, tier, KindCompletion).Add(float64(completion))
+}
+
+// ObserveEstimateError records a prompt's estimate over its actual tokens.
+func (m *Metrics) ObserveEstimateError(pool string, ratio float64) {
+	m.estimate.WithLabelValues(pool).Observe(ratio)
+}
+
+// estimateBuckets are 0.25 to 4 in steps of 2^(1/4): about 19% wide, with
+// 0.5, 1, 2 and 4 exact bounds (math.Exp2 of whole numbers is exact).
+func estimateBuckets() []float64 {
+	b := make([]float64, 17)
+	for i := range b {
+		b[i] = math.Exp2(float64(i-8) / 4)
+	}
+	return b
+}
+
+// Kinds of tokens_total.
+const (
+	KindPrompt     = "prompt"
+	KindCompletion = "completion"
+)
+
+// deleter is what SetTiers needs of a vector.
+type deleter interface {
+	DeletePartialMatch(prometheus.Labels) int
+}
+
 // SetTiers tells which pool and tiers the current policy has, deleting the
 // series of any other pool, and of this pool's tiers that went away.
 // Refusals made before a tier was known (tier "") are kept.
 func (m *Metrics) SetTiers(pool string, tiers []string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	vecs := []interface {
-		DeletePartialMatch(prometheus.Labels) int
-	}{m.queueWait, m.service, m.rejections, m.abandoned, m.requests}
+	vecs := []deleter{m.queueWait, m.service, m.rejections, m.abandoned, m.requests, m.tokens}
 	if m.pool != "" && m.pool != pool {
-		for _, v := range vecs {
+		for _, v := range append(vecs, m.estimate) {
 			v.DeletePartialMatch(prometheus.Labels{"pool": m.pool})
 		}
 	} else {
@@ -172,7 +219,7 @@ type levels struct{ m *Metrics }
 
 func (l levels) Describe(ch chan<- *prometheus.Desc) {
 	m := l.m
-	for _, d := range []*prometheus.Desc{m.queueLength, m.queueBound, m.oldestAge, m.inflight, m.slots, m.utilisation, m.backendInflight, m.policyVersion, m.backendEjected, m.backendEjections, m.bodyBytes, m.bodyBudget} {
+	for _, d := range []*prometheus.Desc{m.queueLength, m.queueBound, m.oldestAge, m.inflight, m.slots, m.utilisation, m.backendInflight, m.policyVersion, m.backendEjected, m.backendEjections, m.bodyBytes, m.bodyBudget, m.bytesPerToken} {
 		ch <- d
 	}
 }
@@ -212,4 +259,7 @@ func (l levels) Collect(ch chan<- prometheus.Metric) {
 	gauge(m.policyVersion, float64(s.PolicyVersion), s.Pool)
 	gauge(m.bodyBytes, float64(s.BodyBytes), s.Pool)
 	gauge(m.bodyBudget, float64(s.BodyBudget), s.Pool)
+	if s.BytesPerToken > 0 {
+		gauge(m.bytesPerToken, s.BytesPerToken, s.Pool)
+	}
 }

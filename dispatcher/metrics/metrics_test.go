@@ -36,6 +36,7 @@ func TestLevels(t *testing.T) {
 				Backends:      map[string]int64{"10.0.0.7:8000": 2, "10.0.0.8:8000": 1},
 				BackendHealth: map[string]BackendHealth{"10.0.0.7:8000": {Ejections: 2}, "10.0.0.8:8000": {Ejected: true, Ejections: 3}},
 				BodyBytes:     12288, BodyBudget: 128 << 20,
+				BytesPerToken: 3.25,
 			},
 			want: `
 # HELP tiergate_backend_ejected 1 while passive health checking keeps the backend out of service (ejected, or waiting for its probe), else 0.
@@ -50,6 +51,9 @@ tiergate_backend_ejections_total{backend="10.0.0.8:8000",pool="default/llm"} 3
 # TYPE tiergate_backend_inflight gauge
 tiergate_backend_inflight{backend="10.0.0.7:8000",pool="default/llm"} 2
 tiergate_backend_inflight{backend="10.0.0.8:8000",pool="default/llm"} 1
+# HELP tiergate_bytes_per_token Prompt bytes per token the pool's estimate uses, learned from the answers' usage.prompt_tokens.
+# TYPE tiergate_bytes_per_token gauge
+tiergate_bytes_per_token{pool="default/llm"} 3.25
 # HELP tiergate_inflight Requests holding a slot now.
 # TYPE tiergate_inflight gauge
 tiergate_inflight{pool="default/llm"} 3
@@ -86,7 +90,7 @@ tiergate_utilisation{pool="default/llm"} 0.75
 	names := []string{"tiergate_queue_length", "tiergate_queue_bound", "tiergate_oldest_queued_age_seconds", "tiergate_inflight",
 		"tiergate_slots", "tiergate_utilisation", "tiergate_backend_inflight", "tiergate_policy_version",
 		"tiergate_backend_ejected", "tiergate_backend_ejections_total",
-		"tiergate_queued_body_bytes", "tiergate_queued_body_budget_bytes"}
+		"tiergate_queued_body_bytes", "tiergate_queued_body_budget_bytes", "tiergate_bytes_per_token"}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			reg := prometheus.NewPedanticRegistry()
@@ -125,7 +129,7 @@ func TestEventsAndTierDeletion(t *testing.T) {
 # TYPE tiergate_abandoned_total counter
 tiergate_abandoned_total{pool="p",stage="inflight",tier="premium"} 1
 tiergate_abandoned_total{pool="p",stage="queued",tier="free"} 1
-# HELP tiergate_rejections_total Refused requests by cause (capacity, tenant_limit, unauthenticated, unknown_tenant, unavailable, draining, queue_timeout, body_too_large, bad_request, request_timeout, backend_error, method_not_allowed, overloaded, backend_timeout).
+# HELP tiergate_rejections_total Refused requests by cause (capacity, tenant_limit, unauthenticated, unknown_tenant, unavailable, draining, queue_timeout, body_too_large, bad_request, request_timeout, backend_error, method_not_allowed, overloaded, backend_timeout, rate_limited).
 # TYPE tiergate_rejections_total counter
 tiergate_rejections_total{cause="capacity",pool="p",tier="premium"} 2
 tiergate_rejections_total{cause="tenant_limit",pool="p",tier="free"} 1
@@ -149,7 +153,7 @@ tiergate_requests_total{code="429",pool="p",tier="free"} 1
 # HELP tiergate_abandoned_total Requests whose client went away, by stage (queued, dispatch, inflight).
 # TYPE tiergate_abandoned_total counter
 tiergate_abandoned_total{pool="p",stage="inflight",tier="premium"} 1
-# HELP tiergate_rejections_total Refused requests by cause (capacity, tenant_limit, unauthenticated, unknown_tenant, unavailable, draining, queue_timeout, body_too_large, bad_request, request_timeout, backend_error, method_not_allowed, overloaded, backend_timeout).
+# HELP tiergate_rejections_total Refused requests by cause (capacity, tenant_limit, unauthenticated, unknown_tenant, unavailable, draining, queue_timeout, body_too_large, bad_request, request_timeout, backend_error, method_not_allowed, overloaded, backend_timeout, rate_limited).
 # TYPE tiergate_rejections_total counter
 tiergate_rejections_total{cause="capacity",pool="p",tier="premium"} 2
 tiergate_rejections_total{cause="unauthenticated",pool="p",tier=""} 1

@@ -23,6 +23,8 @@ type Series struct {
 	service    atomic.Pointer[prometheus.Observer]
 	requests   [600]atomic.Pointer[prometheus.Counter] // by HTTP status
 	rejections []atomic.Pointer[prometheus.Counter]    // by index in queue.Causes()
+	tokens     [2]atomic.Pointer[prometheus.Counter]   // prompt, completion
+	estimate   atomic.Pointer[prometheus.Observer]     // the pool's, shared by its tiers
 }
 
 // Series returns pool and tier's series, none of them created yet.
@@ -91,3 +93,31 @@ func (s *Series) Reject(cause string) {
 
 // Abandon is Metrics.Abandon for this series (rare: not cached).
 func (s *Series) Abandon(stage string) { s.m.Abandon(s.pool, s.tier, stage) }
+
+// Tokens is Metrics.Tokens for this series.
+func (s *Series) Tokens(prompt, completion int64) {
+	s.tokenCounter(0, KindPrompt).Add(float64(prompt))
+	s.tokenCounter(1, KindCompletion).Add(float64(completion))
+}
+
+func (s *Series) tokenCounter(i int, kind string) prometheus.Counter {
+	c := s.tokens[i].Load()
+	if c == nil {
+		v := s.m.tokens.WithLabelValues(s.pool, s.tier, kind)
+		c = &v
+		s.tokens[i].Store(c)
+	}
+	return *c
+}
+
+// ObserveEstimateError is Metrics.ObserveEstimateError for this series'
+// pool.
+func (s *Series) ObserveEstimateError(ratio float64) {
+	o := s.estimate.Load()
+	if o == nil {
+		v := s.m.estimate.WithLabelValues(s.pool)
+		o = &v
+		s.estimate.Store(o)
+	}
+	(*o).Observe(ratio)
+}

@@ -95,6 +95,7 @@ const (
 	CauseMethodNotAllowed = "method_not_allowed" // 405: CONNECT, which the dispatcher never tunnels
 	CauseOverloaded       = "overloaded"         // 503: the bodies held would exceed --max-queued-bytes
 	CauseBackendTimeout   = "backend_timeout"    // 504: the backend sent no response head in time
+	CauseRateLimited      = "rate_limited"       // 429: the tenant's requests or tokens budget cannot take the request now
 )
 
 // Causes lists every cause above, in that order; each call returns a new
@@ -104,6 +105,6 @@ func Causes() []string {
 		CauseCapacity, CauseTenantLimit, CauseUnauthenticated, CauseUnknownTenant, CauseUnavailable,
 		CauseDraining, CauseQueueTimeout, CauseBodyTooLarge, CauseBadRequest, CauseRequestTimeout, CauseBackendError,
 		CauseMethodNotAllowed,
-		CauseOverloaded, CauseBackendTimeout,
+		CauseOverloaded, CauseBackendTimeout, CauseRateLimited,
 	}
 }

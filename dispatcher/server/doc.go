@@ -39,6 +39,24 @@
 // it ends any other way: refused, abandoned, expired or drained. Exempt
 // paths stream their body to the backend, hold none and are not charged.
 //
+// Tokens (docs/tokens.md, dispatcher/tokens; tokens.go): once the body is
+// read, the request's cost is estimated (the pool's learned bytes per
+// token, the policy's defaultMaxTokens) and, when its tenant has a budget
+// (the tenant's Limits, else its tier's, else the default tier's for an
+// unlisted tenant), reserved from it before the queue is asked. A
+// reservation that does not fit gets 429 rate_limited at once, never
+// queued; a Limiter that fails gets 503 unavailable. An admitted request is
+// settled exactly once when it ends, before the exit writes anything: one
+// that never reached a backend is refunded, request included; any other is
+// charged what its answer's usage says (a Meter watches the bytes of a 2xx
+// answer as they go to the client), else its prompt estimate and the
+// content chunks it streamed. Every answer after the reservation, success
+// or refusal, carries the x-ratelimit-* headers of the latest Decision, set
+// as its head goes out; a backend's own are replaced. Answers that report
+// usage teach the pool's bytes-per-token Ratio, which outlives policies.
+// Bodies of 64 KiB and more are estimated GOMAXPROCS at a time: decoding a
+// prompt copies it, and this bounds what those copies hold at once.
+//
 // One exit: every stage (serve, queueAndForward, forward, settle,
 // forwardExempt, the refusals) returns an outcome (a refusal, a code set
 // without writing, an abandoned stage, an error) and only ServeHTTP writes

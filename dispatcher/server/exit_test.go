@@ -16,6 +16,7 @@ import (
 	"github.com/tiergate/tiergate/dispatcher/apierror"
 	"github.com/tiergate/tiergate/dispatcher/metrics"
 	"github.com/tiergate/tiergate/dispatcher/queue"
+	"github.com/tiergate/tiergate/dispatcher/tokens"
 )
 
 // exitCase is one way a request ends: the outcome a stage returns (built
@@ -39,6 +40,23 @@ func refusalJSON(typ, msg, tier string, pos, retry float64) map[string]any {
 // ref is a stage that refuses with e.
 func ref(e *apierror.Error) func(*exchange) outcome {
 	return func(*exchange) outcome { return refused(e) }
+}
+
+// The buckets of a refused decision: acme's requests (1 of 60 taken) and
+// tokens (200 of 60000 left).
+var (
+	requests59 = tokens.Bucket{Limit: 60, Remaining: 59, Reset: time.Second}
+	tokens200  = tokens.Bucket{Limit: 60000, Remaining: 200, Reset: 58800 * time.Millisecond}
+)
+
+// rateLimited is the budget's refusal of a 1300-token request from acme,
+// with d the latest decision, as reserve leaves the exchange.
+func rateLimited(d tokens.Decision) func(x *exchange) outcome {
+	return func(x *exchange) outcome {
+		x.tok.budget, x.tok.dec = true, d
+		x.sw.tok = &x.tok
+		return refused(apierror.RateLimited("acme", x.tier, d, 1300))
+	}
 }
 
 // exitCases are the refusals, one cause or more each.
@@ -100,6 +118,20 @@ func exitCases() map[string]exitCase {
 			},
 			wantStatus: 504, wantBody: refusalJSON("backend_timeout", "the model backend did not start its answer in time", "premium", 0, 0),
 			wantTotal: "code=504,pool=p,tier=premium", wantReject: "cause=backend_timeout,pool=p,tier=premium"},
+		"rate limited: Retry-After and the budget's headers": {pool: "p", tier: "premium",
+			outcome:    rateLimited(tokens.Decision{Budget: tokens.BudgetTokens, RetryAfter: 1300 * time.Millisecond, Requests: requests59, Tokens: tokens200}),
+			wantStatus: 429, wantBody: refusalJSON("rate_limited", `tenant "acme" is over its tokens budget (60000 per minute): this request reserves 1300 tokens; retry after 1.3s`, "premium", 0, 2),
+			wantHeader: http.Header{"Retry-After": {"2"}, "X-Tier": {"premium"}, "X-Should-Retry": nil,
+				"X-Ratelimit-Limit-Requests": {"60"}, "X-Ratelimit-Remaining-Requests": {"59"}, "X-Ratelimit-Reset-Requests": {"1s"},
+				"X-Ratelimit-Limit-Tokens": {"60000"}, "X-Ratelimit-Remaining-Tokens": {"200"}, "X-Ratelimit-Reset-Tokens": {"58.8s"}},
+			wantTotal: "code=429,pool=p,tier=premium", wantReject: "cause=rate_limited,pool=p,tier=premium"},
+		"rate limited for good: X-Should-Retry false, no Retry-After": {pool: "p", tier: "premium",
+			outcome: rateLimited(tokens.Decision{Budget: tokens.BudgetTokens, Never: true, Requests: requests59,
+				Tokens: tokens.Bucket{Limit: 1000, Remaining: 1000}}),
+			wantStatus: 429, wantBody: refusalJSON("rate_limited", `tenant "acme" is over its tokens budget (1000 per minute): this request reserves 1300 tokens, more than the whole budget, so it can never be admitted; lower max_tokens (or max_completion_tokens) or shorten the prompt`, "premium", 0, 0),
+			wantHeader: http.Header{"Retry-After": nil, "X-Should-Retry": {"false"},
+				"X-Ratelimit-Limit-Tokens": {"1000"}, "X-Ratelimit-Remaining-Tokens": {"1000"}, "X-Ratelimit-Reset-Tokens": {"0s"}},
+			wantTotal: "code=429,pool=p,tier=premium", wantReject: "cause=rate_limited,pool=p,tier=premium"},
 		"method not allowed": {pool: "p", outcome: refuseConnect,
 			wantStatus: 405, wantBody: refusalJSON("method_not_allowed", "the dispatcher does not accept CONNECT: it proxies model API calls and is not a tunnel", "", 0, 0),
 			wantHeader: http.Header{"Allow": {allowedMethods}, "Connection": {"close"}},

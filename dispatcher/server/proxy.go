@@ -26,6 +26,7 @@ type exchange struct {
 	backend *balancer.Backend // of the attempt in progress
 	status  int               // the backend's status, once it answered
 	served  bool              // a 2xx answer, read to its end
+	tok     tokenReq          // the request's tokens (tokens.go)
 }
 
 var exchanges = sync.Pool{New: func() any { return new(exchange) }}
@@ -38,7 +39,9 @@ func getExchange(w http.ResponseWriter, draining *atomic.Bool) *exchange {
 }
 
 func putExchange(x *exchange) {
+	spare := x.tok.spare
 	*x = exchange{}
+	x.tok.spare = spare
 	exchanges.Put(x)
 }
 
@@ -55,6 +58,9 @@ type statusWriter struct {
 	// Connection: close, so pooled clients reconnect (elsewhere) instead
 	// of reusing a connection to a dispatcher that is going away.
 	draining *atomic.Bool
+	// tok, once the request is estimated, gets the final head (its
+	// budget's headers) and meters a 2xx answer's body.
+	tok *tokenReq
 }
 
 // WriteHeader records the first final status; 1xx answers other than 101
@@ -63,7 +69,7 @@ func (w *statusWriter) WriteHeader(code int) {
 	if w.code == 0 && (code >= 200 || code == http.StatusSwitchingProtocols) {
 		w.code = code
 		if code != http.StatusSwitchingProtocols {
-			w.closeIfDraining()
+			w.final()
 		}
 	}
 	w.ResponseWriter.WriteHeader(code)
@@ -72,14 +78,22 @@ func (w *statusWriter) WriteHeader(code int) {
 func (w *statusWriter) Write(b []byte) (int, error) {
 	if w.code == 0 {
 		w.code = http.StatusOK
-		w.closeIfDraining()
+		w.final()
 	}
-	return w.ResponseWriter.Write(b)
+	n, err := w.ResponseWriter.Write(b)
+	if w.tok != nil && w.tok.meter != nil {
+		_, _ = w.tok.meter.Write(b[:n]) // never fails
+	}
+	return n, err
 }
 
-func (w *statusWriter) closeIfDraining() {
+// final completes the final head (w.code) before it is written.
+func (w *statusWriter) final() {
 	if w.draining != nil && w.draining.Load() {
 		w.Header().Set("Connection", "close")
+	}
+	if w.tok != nil {
+		w.tok.head(w.Header(), w.code)
 	}
 }
 
@@ -91,7 +105,7 @@ func (w *statusWriter) Flush() { _ = w.FlushError() }
 func (w *statusWriter) FlushError() error {
 	if w.code == 0 {
 		w.code = http.StatusOK
-		w.closeIfDraining()
+		w.final()
 	}
 	return http.NewResponseController(w.ResponseWriter).Flush()
 }
@@ -140,6 +154,9 @@ func (s *Server) attempt(x *exchange, rq *forward.Request, p balancer.Picked) er
 	rq.Target = p.URL
 	status, err := s.fwd.Forward(&x.sw, *rq)
 	x.status = status
+	if !errors.Is(err, forward.ErrUnreachable) {
+		x.tok.reached = true // it may have used tokens: settled, not refunded
+	}
 	s.done(x, p, outcomeOf(rq.In.Context(), status, err))
 	return err
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"runtime"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -18,6 +19,7 @@ import (
 	"github.com/tiergate/tiergate/dispatcher/identity"
 	"github.com/tiergate/tiergate/dispatcher/metrics"
 	"github.com/tiergate/tiergate/dispatcher/queue"
+	"github.com/tiergate/tiergate/dispatcher/tokens"
 )
 
 // statusClientClosed is the requests_total code of a request whose client
@@ -37,11 +39,17 @@ type Config struct {
 	MaxQueuedBytes int64
 	// Forwarder reaches the backends.
 	Forwarder *forward.Forwarder
-	Log       logr.Logger
+	// Limiter keeps the tenants' budgets (tokens.Local, or Redis in fleet
+	// mode).
+	Limiter tokens.Limiter
+	Log     logr.Logger
 }
 
-// errNoForwarder: a Config without a Forwarder, a caller's mistake.
-var errNoForwarder = errors.New("server: Config.Forwarder is nil")
+// errNoForwarder, errNoLimiter: a Config without one, a caller's mistake.
+var (
+	errNoForwarder = errors.New("server: Config.Forwarder is nil")
+	errNoLimiter   = errors.New("server: Config.Limiter is nil")
+)
 
 // state is what the data path needs from one policy.
 type state struct {
@@ -50,6 +58,8 @@ type state struct {
 	exempt        map[string]bool
 	tierWait      map[string]time.Duration
 	clientTimeout time.Duration
+	maxTokens     int // the output a request naming no maximum reserves
+	budgets       budgets
 	// series are the metric series of each tier, and of "" (refused
 	// before the tier was known), looked up once per policy.
 	series map[string]*metrics.Series
@@ -57,16 +67,20 @@ type state struct {
 
 // Server is the data-port handler.
 type Server struct {
-	cfg      Config
-	q        *queue.Queue
-	bal      *balancer.Balancer
-	m        *metrics.Metrics
-	fwd      *forward.Forwarder
-	bodies   *budget.Budget
-	cur      atomic.Pointer[state]
-	draining atomic.Bool
-	active   atomic.Int64
-	idle     chan struct{} // signalled when active drops to 0
+	cfg    Config
+	q      *queue.Queue
+	bal    *balancer.Balancer
+	m      *metrics.Metrics
+	fwd    *forward.Forwarder
+	bodies *budget.Budget
+	lim    tokens.Limiter
+	ratio  *tokens.Ratio // the pool's bytes per token, kept across policies
+	// estimating holds a place per large body being estimated (tokens.go).
+	estimating chan struct{}
+	cur        atomic.Pointer[state]
+	draining   atomic.Bool
+	active     atomic.Int64
+	idle       chan struct{} // signalled when active drops to 0
 	// noPolicy counts the requests refused before any pool was known.
 	noPolicy *metrics.Series
 }
@@ -76,11 +90,15 @@ func New(cfg Config, q *queue.Queue, bal *balancer.Balancer, m *metrics.Metrics)
 	if cfg.Forwarder == nil {
 		return nil, errNoForwarder
 	}
+	if cfg.Limiter == nil {
+		return nil, errNoLimiter
+	}
 	bodies, err := budget.New(cfg.MaxQueuedBytes)
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, q: q, bal: bal, m: m, bodies: bodies, fwd: cfg.Forwarder, idle: make(chan struct{}, 1), noPolicy: m.Series("", "")}
+	s := &Server{cfg: cfg, q: q, bal: bal, m: m, bodies: bodies, fwd: cfg.Forwarder, lim: cfg.Limiter, ratio: tokens.NewRatio(tokens.DefaultBytesPerToken),
+		estimating: make(chan struct{}, runtime.GOMAXPROCS(0)), idle: make(chan struct{}, 1), noPolicy: m.Series("", "")}
 	return s, nil
 }
 
@@ -98,6 +116,8 @@ func (s *Server) SetPolicy(p *policy.Policy) {
 		exempt:        make(map[string]bool, len(p.ExemptPaths)),
 		tierWait:      make(map[string]time.Duration, len(p.Tiers)),
 		clientTimeout: time.Duration(p.ClientTimeoutSeconds * float64(time.Second)),
+		maxTokens:     p.MaxTokens(),
+		budgets:       budgetsOf(p),
 		series:        map[string]*metrics.Series{"": s.m.Series(p.Pool, "")},
 	}
 	for _, e := range p.ExemptPaths {
@@ -201,6 +221,12 @@ func (s *Server) serve(x *exchange, r *http.Request) outcome {
 	if body == nil {
 		return clientGone("")
 	}
+	if o, ok := s.reserve(x, r, st, who, body); !ok {
+		return o
+	}
+	// Settled before the exit writes, so a refusal's headers show the
+	// refund.
+	defer s.settleTokens(x, r)
 	return s.queueAndForward(x, r, st, who, body, &charge)
 }
 

@@ -25,6 +25,7 @@ import (
 	"github.com/tiergate/tiergate/dispatcher/forward"
 	"github.com/tiergate/tiergate/dispatcher/metrics"
 	"github.com/tiergate/tiergate/dispatcher/queue"
+	"github.com/tiergate/tiergate/dispatcher/tokens"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -32,7 +33,8 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // backend records what reached it. Paths: /slow waits on hold; /status/404
 // answers 404; /sse sends one event, waits on next, sends another; /cut
 // sends one event and drops the connection; /status/500 answers 500;
-// anything else answers 200.
+// anything else answers 200. A request with the token tests' headers gets
+// tokenAnswer whatever its path.
 type backend struct {
 	mu      sync.Mutex
 	headers []http.Header
@@ -51,6 +53,10 @@ func (b *backend) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	_, _ = io.Copy(io.Discard, r.Body)
 	if arrived != nil {
 		arrived <- r.URL.Path
+	}
+	if wantsTokenAnswer(r) {
+		tokenAnswer(w, r)
+		return
 	}
 	switch r.URL.Path {
 	case "/slow":
@@ -150,7 +156,8 @@ func newFixtureConfig(t *testing.T, p *policy.Policy, cfg Config) *fixture {
 }
 
 // withLimits fills cfg's zero limits with dispatcher.Config's defaults
-// (which this package cannot import): New takes a complete Config.
+// (which this package cannot import), and its Limiter with a Local one:
+// New takes a complete Config.
 func withLimits(cfg Config) Config {
 	if cfg.MaxBodyBytes == 0 {
 		cfg.MaxBodyBytes = 4 << 20
@@ -160,6 +167,9 @@ func withLimits(cfg Config) Config {
 	}
 	if cfg.MaxQueuedBytes == 0 {
 		cfg.MaxQueuedBytes = 256 << 20
+	}
+	if cfg.Limiter == nil {
+		cfg.Limiter = tokens.NewLocal(clock.RealClock{})
 	}
 	return cfg
 }
@@ -307,9 +317,12 @@ func TestNewRefusesAnIncompleteConfig(t *testing.T) {
 		cfg     Config
 		wantErr string
 	}{
-		"complete":       {cfg: withLimits(Config{Forwarder: fwd})},
-		"no forwarder":   {cfg: withLimits(Config{}), wantErr: "server: Config.Forwarder is nil"},
-		"no body budget": {cfg: Config{MaxBodyBytes: 1, BodyTimeout: time.Second, Forwarder: fwd}, wantErr: "budget: the limit must be > 0, got 0"},
+		"complete":     {cfg: withLimits(Config{Forwarder: fwd})},
+		"no forwarder": {cfg: withLimits(Config{}), wantErr: "server: Config.Forwarder is nil"},
+		"no limiter": {cfg: Config{MaxBodyBytes: 1, BodyTimeout: time.Second, MaxQueuedBytes: 1, Forwarder: fwd},
+			wantErr: "server: Config.Limiter is nil"},
+		"no body budget": {cfg: Config{MaxBodyBytes: 1, BodyTimeout: time.Second, Forwarder: fwd, Limiter: tokens.NewLocal(clock.RealClock{})},
+			wantErr: "budget: the limit must be > 0, got 0"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
