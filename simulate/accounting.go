@@ -78,7 +78,11 @@ func (e *engine) recordWait(r *request, waited time.Duration) {
 // whether it was offered in the window and started within its tier's
 // tolerableWait of its first attempt.
 func (e *engine) served(r *request) {
-	e.count(r.ten, func(f *Figures) { f.Served++ })
+	e.count(r.ten, func(f *Figures) {
+		f.Served++
+		f.TokensServed.Prompt += r.cost.prompt
+		f.TokensServed.Completion += r.cost.output
+	})
 	if tier := r.ten.tier; r.arrived >= e.warmup && r.dispatchAt-r.arrived <= tier.wait {
 		tier.sloMet++
 	}

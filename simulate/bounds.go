@@ -104,11 +104,13 @@ func (e *engine) applyPolicy(b capacity.Bounds, replicas int32) error {
 	return nil
 }
 
-// setLimits gives every tenant its cap on dispatcher d. A tenant already
-// at its new cap counts as having reached it.
+// setLimits gives every tenant its cap and its part of its budgets on
+// dispatcher d. A tenant already at its new cap counts as having reached
+// it.
 func (e *engine) setLimits(d int, lim enforced) {
 	for _, ts := range e.tenants {
 		ta := &ts.at[d]
+		ta.budget = lim.budgetOf(ts.name, ts.tier.name)
 		ta.limit = lim.capOf(ts.name, ts.tier.name)
 		if ta.atCap() {
 			ta.capHits++

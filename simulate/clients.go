@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"time"
 
+	policy "github.com/tiergate/tiergate/api/policy/v1"
 	"github.com/tiergate/tiergate/dispatcher/queue"
 	"github.com/tiergate/tiergate/internal/baseline"
 )
@@ -17,8 +18,12 @@ type tenantState struct {
 	name string
 	tier *tierState
 	// rng draws the tenant's arrivals (and think times); svc its service
-	// times (rng itself for an open-loop tenant).
-	rng, svc *rand.Rand
+	// times (rng itself for an open-loop tenant); tok its token counts.
+	rng, svc, tok *rand.Rand
+	// promptTokens and outputTokens draw a request's tokens (nil: none);
+	// maxOut is the output each reserves (requestCost).
+	promptTokens, outputTokens *sampler
+	maxOut                     int64
 	// at is the tenant on each dispatcher.
 	at         []tenantAt
 	maxRetries int
@@ -41,9 +46,14 @@ type request struct {
 	id      uint64
 	ten     *tenantState
 	service time.Duration
-	attempt int32
-	retries int
-	state   reqState
+	cost    requestCost
+	// reserved: the current attempt holds a reservation of cost on its
+	// dispatcher's budgets, taken under limits.
+	reserved bool
+	limits   policy.Limits
+	attempt  int32
+	retries  int
+	state    reqState
 	// gone: the client left before its answer came, but the scheduler did
 	// not notice, so the request is still queued or running.
 	gone bool
@@ -124,7 +134,7 @@ func (e *engine) think(ts *tenantState) time.Duration {
 
 func (e *engine) newRequest(ts *tenantState) {
 	e.nextID++
-	r := &request{id: e.nextID, ten: ts, service: e.sampler.draw(ts.svc), arrived: e.now}
+	r := &request{id: e.nextID, ten: ts, service: e.sampler.draw(ts.svc), cost: ts.drawCost(), arrived: e.now}
 	if e.opts.onRequest != nil {
 		e.opts.onRequest(e.kind.name, ts.name, e.now, r.service)
 	}
@@ -140,7 +150,11 @@ func (e *engine) attempt(r *request) {
 	}
 	r.disp = e.pick()
 	d := e.disp[r.disp]
+	if !e.reserve(r) {
+		return
+	}
 	if err := d.sched.Admit(r); err != nil {
+		e.refundBudget(r)
 		e.refused(r, err)
 		return
 	}
@@ -152,8 +166,8 @@ func (e *engine) attempt(r *request) {
 	e.settle(r.disp)
 }
 
-// refused counts a refused attempt. A 429 is sent again after its
-// Retry-After while the client has retries left; otherwise the request
+// refused counts an attempt the queue refused. A 429 is sent again after
+// its Retry-After while the client has retries left; otherwise the request
 // ends.
 func (e *engine) refused(r *request, err error) {
 	ts := r.ten
@@ -166,12 +180,8 @@ func (e *engine) refused(r *request, err error) {
 		} else {
 			e.count(ts, func(f *Figures) { f.Refused.Capacity++ })
 		}
-		if r.retries < ts.maxRetries {
-			r.retries++
-			e.push(event{at: e.now + ref.RetryAfter, kind: evRetry, req: r})
-			return
-		}
-		backoff = ref.RetryAfter
+		e.retryOrEnd(r, ref.RetryAfter)
+		return
 	case errors.Is(err, queue.ErrNoCapacity):
 		e.count(ts, func(f *Figures) { f.Refused.Unavailable++ })
 		var cold *queue.ColdStartRefusal
@@ -186,6 +196,18 @@ func (e *engine) refused(r *request, err error) {
 		return
 	}
 	e.finalOutcome(r, backoff)
+}
+
+// retryOrEnd sends a request refused with 429 again after its Retry-After
+// while its client has retries left; otherwise the request ends and a
+// closed-loop client waits the Retry-After out.
+func (e *engine) retryOrEnd(r *request, retryAfter time.Duration) {
+	if r.retries < r.ten.maxRetries {
+		r.retries++
+		e.push(event{at: e.now + retryAfter, kind: evRetry, req: r})
+		return
+	}
+	e.finalOutcome(r, retryAfter)
 }
 
 // giveUp is the client's own timeout. A scheduler that watches its
@@ -228,6 +250,7 @@ func (e *engine) giveUp(r *request) {
 		f.AbandonedInFlight++
 	})
 	e.waste(r.dispatchAt, e.now)
+	e.settleCancelled(r)
 	e.release(r)
 	e.finalOutcome(r, 0)
 	e.settle(r.disp)

@@ -21,26 +21,39 @@ func newRand(seed uint64, name string) *rand.Rand {
 // newServiceRand is the stream of a closed-loop tenant's service times,
 // apart from its think times.
 func newServiceRand(seed uint64, name string) *rand.Rand {
+	return newPurposeRand(seed, "service", name)
+}
+
+// newTokenRand is the stream of a tenant's token counts, apart from its
+// arrivals and service times, so that giving a tenant tokens leaves its
+// traffic as it was.
+func newTokenRand(seed uint64, name string) *rand.Rand { return newPurposeRand(seed, "tokens", name) }
+
+// newPurposeRand is the stream of one purpose of a tenant other than its
+// arrivals.
+func newPurposeRand(seed uint64, purpose, name string) *rand.Rand {
 	h := fnv.New64a()
-	_, _ = h.Write([]byte("service\x00"))
+	_, _ = h.Write([]byte(purpose + "\x00"))
 	_, _ = h.Write([]byte(name))
 	return rand.New(rand.NewPCG(seed, h.Sum64()))
 }
 
-// sampler draws service times.
+// sampler draws from a distribution: service times in seconds, or token
+// counts.
 type sampler struct {
 	dist string
-	mean float64 // seconds
+	mean float64
 	// lognormal parameters of the underlying normal.
 	mu, sigma float64
 }
 
-func newSampler(dist string, mean, stddev time.Duration) sampler {
-	s := sampler{dist: dist, mean: mean.Seconds()}
+// newSampler is a distribution of mean and, for lognormal, stddev, in any
+// unit.
+func newSampler(dist string, mean, stddev float64) sampler {
+	s := sampler{dist: dist, mean: mean}
 	if dist == DistLognormal {
-		m, sd := mean.Seconds(), stddev.Seconds()
-		s.sigma = math.Sqrt(math.Log1p(sd * sd / (m * m)))
-		s.mu = math.Log(m) - s.sigma*s.sigma/2
+		s.sigma = math.Sqrt(math.Log1p(stddev * stddev / (mean * mean)))
+		s.mu = math.Log(mean) - s.sigma*s.sigma/2
 	}
 	return s
 }
@@ -49,24 +62,26 @@ func newSampler(dist string, mean, stddev time.Duration) sampler {
 // an unset mean, the pool's declared mean, exponential.
 func loadSampler(st *ServiceTimeSpec, poolMean time.Duration) sampler {
 	if st == nil {
-		return newSampler(DistExponential, poolMean, 0)
+		return newSampler(DistExponential, poolMean.Seconds(), 0)
 	}
-	return newSampler(st.Distribution, durOr(st.Mean, poolMean), durOr(st.Stddev, 0))
+	return newSampler(st.Distribution, durOr(st.Mean, poolMean).Seconds(), durOr(st.Stddev, 0).Seconds())
+}
+
+// value is one draw.
+func (s sampler) value(r *rand.Rand) float64 {
+	switch s.dist {
+	case DistExponential:
+		return r.ExpFloat64() * s.mean
+	case DistLognormal:
+		return math.Exp(s.mu + s.sigma*r.NormFloat64())
+	}
+	return s.mean // constant
 }
 
 // draw returns one service time, at least 1ns so that a completion always
 // comes after its dispatch.
 func (s sampler) draw(r *rand.Rand) time.Duration {
-	var v float64
-	switch s.dist {
-	case DistConstant:
-		v = s.mean
-	case DistExponential:
-		v = r.ExpFloat64() * s.mean
-	case DistLognormal:
-		v = math.Exp(s.mu + s.sigma*r.NormFloat64())
-	}
-	return max(secs(v), 1)
+	return max(secs(s.value(r)), 1)
 }
 
 // secs converts seconds to a Duration, rounding to the nanosecond.

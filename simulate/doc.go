@@ -24,6 +24,11 @@
 //     traffic (compare.go, report_compare.go, plot_compare.go);
 //   - the service model (service.go): a dispatched request holds its slot
 //     for a drawn service time (dist.go), then completes or is cancelled;
+//   - the budgets (budgets.go): a request's tokens are drawn
+//     (load_tokens.go); each dispatcher reserves them in a tokens.Local on
+//     the fake clock under its policy's budgets before the queue sees the
+//     request, refuses with rate_limited what does not fit, refunds what
+//     never reached a backend and settles the rest on what it used;
 //   - policy changes (bounds.go): at every replica change the bounds are
 //     recomputed and pushed with a new version; at zero replicas with
 //     spec.coldStart the real queue holds requests within the bounds at
@@ -38,12 +43,12 @@
 // concurrently (they share only their read-only Input). The queue's
 // Handle.Wait blocks, so queueScheduler parks one goroutine in Wait per
 // queued request, which reports its outcome on a channel; after every queue
-// operation it
-// collects exactly the outcomes the queue's Stats say were resolved and
-// hands them over in request order, so a run never depends on goroutine
-// scheduling. Each tenant draws its arrivals and service times from its own
-// PCG stream seeded by (seed, tenant name), and a closed-loop tenant its
-// service times from a second one: the same seed gives the same Result and
-// the same traffic to every scheduler, and adding a tenant does not change
-// the others' traffic.
+// operation it collects exactly the outcomes the queue's Stats say were
+// resolved and hands them over in request order, so a run never depends on
+// goroutine scheduling. Each tenant draws its arrivals and service times
+// from its own PCG stream seeded by (seed, tenant name), a closed-loop
+// tenant its service times from a second one, and every tenant its token
+// counts from a third: the same seed gives the same Result and the same
+// traffic to every scheduler, and adding a tenant does not change the
+// others' traffic.
 package simulate

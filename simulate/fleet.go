@@ -3,24 +3,29 @@ package simulate
 import (
 	"fmt"
 
+	policy "github.com/tiergate/tiergate/api/policy/v1"
 	"github.com/tiergate/tiergate/api/v1alpha1"
+	"github.com/tiergate/tiergate/dispatcher/tokens"
 )
 
-// dispatcher is one simulated dispatcher pod: its scheduler and its slice
-// of the pool.
+// dispatcher is one simulated dispatcher pod: its scheduler, its slice
+// of the pool and its tenants' budgets (budgets.go).
 type dispatcher struct {
 	sched    scheduler
+	budgets  *tokens.Local
 	slots    int
 	inflight int
 	admitted uint64
 }
 
 // tenantAt is a tenant on one dispatcher: its cap there (0: none), its
-// requests in flight there, and how often it reached the cap.
+// requests in flight there, how often it reached the cap, and its part of
+// its budgets there (zero: none).
 type tenantAt struct {
 	limit    int
 	inflight int
 	capHits  uint64
+	budget   policy.Limits
 }
 
 func (t *tenantAt) atCap() bool { return t.limit > 0 && t.inflight >= t.limit }
@@ -38,7 +43,7 @@ func (e *engine) fleetSize() int {
 
 func (e *engine) addDispatchers(n int) {
 	for range n {
-		e.disp = append(e.disp, &dispatcher{sched: e.kind.build(e.env)})
+		e.disp = append(e.disp, &dispatcher{sched: e.kind.build(e.env), budgets: tokens.NewLocal(e.clk)})
 	}
 	for _, ts := range e.tenants {
 		ts.at = make([]tenantAt, n)

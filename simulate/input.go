@@ -197,11 +197,11 @@ func (rd *reader) object(where string, js []byte, name string) error {
 		rd.pools = append(rd.pools, o)
 	case *v1alpha1.ServiceTier:
 		defaultNamespace(&o.ObjectMeta)
-		err = validateTier(o)
+		err = validateTier(o, raw)
 		rd.in.Tiers = append(rd.in.Tiers, *o)
 	case *v1alpha1.TenantQuota:
 		defaultNamespace(&o.ObjectMeta)
-		err = validateQuota(o)
+		err = validateQuota(o, raw)
 		rd.in.Quotas = append(rd.in.Quotas, *o)
 	}
 	if err != nil {
@@ -299,7 +299,7 @@ func defaultPool(p *v1alpha1.ModelPool, raw map[string]any) error {
 	return nil
 }
 
-func validateTier(t *v1alpha1.ServiceTier) error {
+func validateTier(t *v1alpha1.ServiceTier, raw map[string]any) error {
 	var errs []string
 	s := &t.Spec
 	if s.PoolRef.Name == "" {
@@ -314,13 +314,14 @@ func validateTier(t *v1alpha1.ServiceTier) error {
 	if s.TenantShare.Sign() <= 0 || s.TenantShare.Cmp(oneQuantity) > 0 {
 		errs = append(errs, "spec.tenantShare: tenantShare must be greater than 0 and at most 1")
 	}
+	errs = append(errs, validateBudgets(raw, "tenantLimits", s.TenantLimits)...)
 	if len(errs) > 0 {
 		return fmt.Errorf("%w: %s", ErrInvalid, strings.Join(errs, "; "))
 	}
 	return nil
 }
 
-func validateQuota(q *v1alpha1.TenantQuota) error {
+func validateQuota(q *v1alpha1.TenantQuota, raw map[string]any) error {
 	var errs []string
 	if q.Spec.Tenant == "" {
 		errs = append(errs, "spec.tenant: Required value")
@@ -331,10 +332,38 @@ func validateQuota(q *v1alpha1.TenantQuota) error {
 	if q.Spec.MaxConcurrency != nil && *q.Spec.MaxConcurrency < 1 {
 		errs = append(errs, fmt.Sprintf("spec.maxConcurrency: must be at least 1, got %d", *q.Spec.MaxConcurrency))
 	}
+	errs = append(errs, validateBudgets(raw, "limits", q.Spec.Limits)...)
 	if len(errs) > 0 {
 		return fmt.Errorf("%w: %s", ErrInvalid, strings.Join(errs, "; "))
 	}
 	return nil
+}
+
+// validateBudgets checks a TenantQuota's spec.limits or a ServiceTier's
+// spec.tenantLimits (spec.<name>) as the schema does. raw tells a budget
+// given as 0 from one left out, which both decode as 0; the message for
+// neither is the CRD rule's.
+func validateBudgets(raw map[string]any, name string, l *v1alpha1.Limits) []string {
+	if l == nil {
+		return nil
+	}
+	spec, _ := raw["spec"].(map[string]any)
+	given, _ := spec[name].(map[string]any)
+	field := "spec." + name
+	var errs []string
+	for _, b := range []struct {
+		name string
+		v    int64
+	}{{"requestsPerMinute", l.RequestsPerMinute}, {"tokensPerMinute", l.TokensPerMinute}} {
+		_, set := given[b.name]
+		if (set && b.v < 1) || b.v < 0 || b.v > v1alpha1.MaxBudgetPerMinute {
+			errs = append(errs, fmt.Sprintf("%s.%s: must be from 1 to %d, got %d", field, b.name, int64(v1alpha1.MaxBudgetPerMinute), b.v))
+		}
+	}
+	if len(given) == 0 {
+		errs = append(errs, field+": must set requestsPerMinute, tokensPerMinute or both (leave the field out for no budget)")
+	}
+	return errs
 }
 
 var oneQuantity = resource.MustParse("1")

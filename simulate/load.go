@@ -103,6 +103,16 @@ type TenantLoad struct {
 	RetryOn429 bool `json:"retryOn429,omitempty"`
 	// MaxRetries bounds the retries of one request (default 2).
 	MaxRetries *int32 `json:"maxRetries,omitempty"`
+	// PromptTokens is the prompt's tokens per request; omitted, 0.
+	PromptTokens *TokenSpec `json:"promptTokens,omitempty"`
+	// OutputTokens is the tokens an answer would generate; the backend
+	// stops at the request's maximum. Omitted, 0, and the request
+	// reserves no output (as an embedding).
+	OutputTokens *TokenSpec `json:"outputTokens,omitempty"`
+	// MaxTokens is the max_tokens every request names, with OutputTokens;
+	// omitted, the requests name none and reserve the pool's
+	// spec.tokens.defaultMaxTokens, as the dispatcher does.
+	MaxTokens *int64 `json:"maxTokens,omitempty"`
 }
 
 // Arrival is a tenant's arrival process. Which fields apply depends on
@@ -202,7 +212,8 @@ func (s *LoadSpec) checkServiceTime(v *loadErrors) {
 	}
 }
 
-// checkTenants checks each tenant's name, timeout, retries and arrivals.
+// checkTenants checks each tenant's name, timeout, retries, arrivals and
+// tokens.
 func (s *LoadSpec) checkTenants(v *loadErrors) {
 	if len(s.Tenants) == 0 {
 		v.bad("tenants", "must list at least one tenant")
@@ -225,6 +236,7 @@ func (s *LoadSpec) checkTenants(v *loadErrors) {
 		for _, e := range t.Arrival.check(s.Duration.Duration) {
 			v.bad(f+".arrival."+e[0], "%s", e[1])
 		}
+		t.checkTokens(f, v)
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	policy "github.com/tiergate/tiergate/api/policy/v1"
 	"github.com/tiergate/tiergate/api/v1alpha1"
 	"github.com/tiergate/tiergate/capacity"
 )
@@ -87,11 +88,11 @@ func WriteText(w io.Writer, r *Result) error {
 		r.Goodput, r.WastedServiceSeconds)
 
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	head := "OFFERED\tREQ/S\tRETRIES\tADMITTED\tSERVED\tTHRU/S\tSHARE\tEXPIRED\tABANDONED\tREF cap\tREF tenant\tREF 503\tWAIT mean\tp50\tp95\tp99\tmax\t"
+	head := r.figuresHead()
 	fmt.Fprintln(tw, "TIER\t"+head+"SLO\tJAIN\t")
 	for _, name := range r.tierOrder() {
 		t := r.Tiers[name]
-		fmt.Fprintf(tw, "%s\t%s%.1f%%\t%.3f\t\n", name, figuresRow(&t.Figures), 100*t.SLOAttainment, t.Jain)
+		fmt.Fprintf(tw, "%s\t%s%.1f%%\t%.3f\t\n", name, r.figuresRow(&t.Figures), 100*t.SLOAttainment, t.Jain)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -119,10 +120,14 @@ func WriteText(w io.Writer, r *Result) error {
 
 	fmt.Fprintln(w, "\nTenants:")
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "TENANT\tTIER\tLIMIT\tQUEUE LIMIT\t"+head)
+	budgets := ""
+	if r.tokens {
+		budgets = "BUDGET RPM\tBUDGET TPM\t"
+	}
+	fmt.Fprintln(tw, "TENANT\tTIER\tLIMIT\tQUEUE LIMIT\t"+budgets+head)
 	for _, name := range r.tenantOrder() {
 		t := r.Tenants[name]
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\n", name, t.Tier, t.TenantLimit, t.QueueLimit, figuresRow(&t.Figures))
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s%s\n", name, t.Tier, t.TenantLimit, t.QueueLimit, r.budgetCells(t), r.figuresRow(&t.Figures))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -202,11 +207,53 @@ func writeHeld(w io.Writer, r *Result) {
 	_ = tw.Flush()
 }
 
-func figuresRow(f *Figures) string {
-	return fmt.Sprintf("%d\t%.3f\t%d\t%d\t%d\t%.3f\t%.1f%%\t%d\t%d\t%d\t%d\t%d\t%.2fs\t%.2fs\t%.2fs\t%.2fs\t%.2fs\t",
-		f.Offered, f.OfferedRate, f.Retries, f.Admitted, f.Served, f.Throughput, 100*f.ThroughputShare, f.Expired, f.Abandoned,
-		f.Refused.Capacity, f.Refused.TenantLimit, f.Refused.Unavailable,
-		f.Wait.Mean, f.Wait.P50, f.Wait.P95, f.Wait.P99, f.Wait.Max)
+// figuresHead is the header of figuresRow's columns. A run with token
+// costs or budgets adds the tokens served (and per measured minute) and
+// the rate_limited refusals.
+func (r *Result) figuresHead() string {
+	if !r.tokens {
+		return "OFFERED\tREQ/S\tRETRIES\tADMITTED\tSERVED\tTHRU/S\tSHARE\tEXPIRED\tABANDONED\tREF cap\tREF tenant\tREF 503\tWAIT mean\tp50\tp95\tp99\tmax\t"
+	}
+	return "OFFERED\tREQ/S\tRETRIES\tADMITTED\tSERVED\tTHRU/S\tSHARE\tTOK prompt\tTOK compl\tTOK/MIN\tEXPIRED\tABANDONED\tREF cap\tREF tenant\tREF 503\tREF rate\tWAIT mean\tp50\tp95\tp99\tmax\t"
+}
+
+func (r *Result) figuresRow(f *Figures) string {
+	served := fmt.Sprintf("%d\t%.3f\t%d\t%d\t%d\t%.3f\t%.1f%%\t",
+		f.Offered, f.OfferedRate, f.Retries, f.Admitted, f.Served, f.Throughput, 100*f.ThroughputShare)
+	lost := fmt.Sprintf("%d\t%d\t%d\t%d\t%d\t", f.Expired, f.Abandoned, f.Refused.Capacity, f.Refused.TenantLimit, f.Refused.Unavailable)
+	waits := fmt.Sprintf("%.2fs\t%.2fs\t%.2fs\t%.2fs\t%.2fs\t", f.Wait.Mean, f.Wait.P50, f.Wait.P95, f.Wait.P99, f.Wait.Max)
+	if !r.tokens {
+		return served + lost + waits
+	}
+	tok := fmt.Sprintf("%d\t%d\t%.0f\t", f.TokensServed.Prompt, f.TokensServed.Completion, r.perMinute(f.TokensServed.Total()))
+	return served + tok + lost + fmt.Sprintf("%d\t", f.Refused.RateLimited) + waits
+}
+
+// perMinute is n per minute of the measured window.
+func (r *Result) perMinute(n int64) float64 {
+	if r.MeasuredSeconds <= 0 {
+		return 0
+	}
+	return float64(n) * 60 / r.MeasuredSeconds
+}
+
+// budgetCells are a tenant's budgets in force, "-" for none; nothing when
+// the run has no tokens columns.
+func (r *Result) budgetCells(t *TenantResult) string {
+	if !r.tokens {
+		return ""
+	}
+	cell := func(v int64) string {
+		if v == 0 {
+			return "-"
+		}
+		return fmt.Sprint(v)
+	}
+	var b policy.Limits
+	if t.Budget != nil {
+		b = *t.Budget
+	}
+	return cell(b.RequestsPerMinute) + "\t" + cell(b.TokensPerMinute) + "\t"
 }
 
 // tierOrder is by base priority, then name.

@@ -54,16 +54,24 @@ func writeTierComparison(w io.Writer, r *Result, tier string) error {
 	fmt.Fprintf(w, "\nTier %s (basePriority %d, tolerableWait %s, tiergate's stated maxWait %s):\n",
 		tier, t.BasePriority, t.tolerableWait, fmtSecs(t.MaxWait))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "SCHEDULER\tOFFERED\tADMITTED\tSERVED\tTHRU/S\tSHARE\tEXPIRED\tABANDONED\tREF cap\tREF tenant\tSLO\tJAIN\tWAIT mean\tp50\tp95\tp99\tmax\t")
+	rate := "" // tiergate's budgets, with tokens
+	if r.tokens {
+		rate = "REF rate\tTOK/MIN\t"
+	}
+	fmt.Fprintln(tw, "SCHEDULER\tOFFERED\tADMITTED\tSERVED\tTHRU/S\tSHARE\tEXPIRED\tABANDONED\tREF cap\tREF tenant\t"+rate+"SLO\tJAIN\tWAIT mean\tp50\tp95\tp99\tmax\t")
 	for _, name := range r.Schedulers() {
 		f := r.Of(name).Tiers[tier]
 		waits := "-\t-\t-\t-\t-\t" // nothing dispatched for a waiting client
 		if f.Wait.Count > 0 {
 			waits = fmt.Sprintf("%.2fs\t%.2fs\t%.2fs\t%.2fs\t%.2fs\t", f.Wait.Mean, f.Wait.P50, f.Wait.P95, f.Wait.P99, f.Wait.Max)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%.3f\t%.1f%%\t%d\t%d\t%d\t%d\t%.1f%%\t%.3f\t%s\n",
+		rate := ""
+		if r.tokens {
+			rate = fmt.Sprintf("%d\t%.0f\t", f.Refused.RateLimited, r.perMinute(f.TokensServed.Total()))
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%.3f\t%.1f%%\t%d\t%d\t%d\t%d\t%s%.1f%%\t%.3f\t%s\n",
 			name, f.Offered, f.Admitted, f.Served, f.Throughput, 100*f.ThroughputShare, f.Expired, f.Abandoned,
-			f.Refused.Capacity, f.Refused.TenantLimit, 100*f.SLOAttainment, f.Jain, waits)
+			f.Refused.Capacity, f.Refused.TenantLimit, rate, 100*f.SLOAttainment, f.Jain, waits)
 	}
 	return tw.Flush()
 }

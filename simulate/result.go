@@ -4,6 +4,8 @@ import (
 	"math"
 	"slices"
 	"time"
+
+	policy "github.com/tiergate/tiergate/api/policy/v1"
 )
 
 // Result is what a run measured, after warm-up. It is also the --json
@@ -46,6 +48,9 @@ type Result struct {
 	compareOrder []string
 	// busySlotSeconds is in-flight integrated over the window.
 	busySlotSeconds float64
+	// tokens: some tenant's requests cost tokens or have a budget; the
+	// tables then show the tokens and rate_limited columns.
+	tokens bool
 }
 
 // PolicySummary is the controller's computation for the pool.
@@ -109,6 +114,8 @@ type Figures struct {
 	Throughput float64 `json:"throughput"`
 	// ThroughputShare is this entry's part of all Served.
 	ThroughputShare float64 `json:"throughputShare"`
+	// TokensServed are the tokens of the Served requests.
+	TokensServed TokenCounts `json:"tokensServed"`
 
 	waits []float64
 }
@@ -119,7 +126,21 @@ type Refused struct {
 	TenantLimit int64 `json:"tenant_limit"`
 	// Unavailable is 503: no ready replica (slots 0).
 	Unavailable int64 `json:"unavailable"`
+	// RateLimited is 429: the tenant's budgets do not hold the request.
+	RateLimited int64 `json:"rate_limited"`
 }
+
+// Total is every refusal.
+func (r Refused) Total() int64 { return r.Capacity + r.TenantLimit + r.Unavailable + r.RateLimited }
+
+// TokenCounts are tokens by kind.
+type TokenCounts struct {
+	Prompt     int64 `json:"prompt"`
+	Completion int64 `json:"completion"`
+}
+
+// Total is prompt and completion.
+func (c TokenCounts) Total() int64 { return c.Prompt + c.Completion }
 
 // WaitStats summarises waits in seconds (nearest-rank percentiles).
 type WaitStats struct {
@@ -211,6 +232,9 @@ type TenantResult struct {
 	TenantLimit int `json:"tenantLimit"`
 	// QueueLimit is how many it may have queued.
 	QueueLimit int `json:"queueLimit"`
+	// Budget is the tenant's budgets in force, pool-wide; absent when it
+	// has none (and under a baseline, which has no budgets).
+	Budget *policy.Limits `json:"budget,omitempty"`
 }
 
 // series is wait over time of one tier in fixed buckets of the whole run.

@@ -102,6 +102,9 @@ type enforced struct {
 	tiers map[string]tierLimits
 	// tenantCap replaces the tier's tenant limit for a listed tenant.
 	tenantCap map[string]int
+	// tierBudgets and tenantBudgets are the policy's tiers[].tenantLimits
+	// and tenants[].limits (budgetOf); nil maps: no budgets.
+	tierBudgets, tenantBudgets map[string]*policy.Limits
 }
 
 type tierLimits struct {
@@ -118,14 +121,17 @@ func (l enforced) capOf(tenant, tier string) int {
 
 // policyLimits is what tiergate's queue enforces under p.
 func policyLimits(p *policy.Policy) enforced {
-	l := enforced{tiers: map[string]tierLimits{}, tenantCap: map[string]int{}}
+	l := enforced{tiers: map[string]tierLimits{}, tenantCap: map[string]int{},
+		tierBudgets: map[string]*policy.Limits{}, tenantBudgets: map[string]*policy.Limits{}}
 	for _, t := range p.Tiers {
 		l.tiers[t.Name] = tierLimits{bound: t.QueueBound, tenantLimit: t.TenantConcurrencyLimit, tenantQueueLimit: t.TenantQueueLimit}
+		l.tierBudgets[t.Name] = t.TenantLimits
 	}
 	for _, t := range p.Tenants {
 		if t.MaxConcurrency > 0 {
 			l.tenantCap[t.ID] = t.MaxConcurrency
 		}
+		l.tenantBudgets[t.ID] = t.Limits
 	}
 	return l
 }

@@ -185,7 +185,7 @@ func tierFigure(r *Result, tier, field string) (string, error) {
 	case "max":
 		return fmt.Sprintf("%.1f s", t.Wait.Max), nil
 	case "refused":
-		return fmt.Sprint(t.Refused.Capacity + t.Refused.TenantLimit + t.Refused.Unavailable), nil
+		return fmt.Sprint(t.Refused.Total()), nil
 	case "maxWait":
 		return fmt.Sprintf("%.0f s", t.MaxWait), nil
 	case "expired":
@@ -209,7 +209,7 @@ func markdownTables(r *Result) string {
 		for _, n := range r.Schedulers() {
 			f := r.Of(n).Tiers[tier]
 			fmt.Fprintf(&b, "| %s | %d | %d | %.3f | %d | %d | %d | %.1f%% | %.3f | %s | %s | %s | %s |\n",
-				n, f.Offered, f.Served, f.Throughput, f.Expired, f.Abandoned, f.Refused.Capacity+f.Refused.TenantLimit+f.Refused.Unavailable,
+				n, f.Offered, f.Served, f.Throughput, f.Expired, f.Abandoned, f.Refused.Total(),
 				100*f.SLOAttainment, f.Jain, waitCell(f, f.Wait.P50), waitCell(f, f.Wait.P95), waitCell(f, f.Wait.P99), waitCell(f, f.Wait.Max))
 		}
 	}
@@ -237,7 +237,7 @@ func othersTable(r *Result, tier, except string) string {
 			offered += tn.Offered
 			served += tn.Served
 			abandoned += tn.Abandoned
-			refused += tn.Refused.Capacity + tn.Refused.TenantLimit + tn.Refused.Unavailable
+			refused += tn.Refused.Total()
 			sum += tn.Wait.Mean * float64(tn.Wait.Count)
 			waits += tn.Wait.Count
 			p95 = max(p95, tn.Wait.P95)

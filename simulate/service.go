@@ -18,6 +18,10 @@ func (e *engine) resolve(o outcome) {
 		return
 	}
 	e.leaveQueue(r)
+	if o.err != nil {
+		// Expired or withdrawn: it never reached a backend.
+		e.refundBudget(r)
+	}
 	switch {
 	case o.err == nil:
 		e.dispatch(r, o.waited)
@@ -76,6 +80,7 @@ func (e *engine) dispatch(r *request, waited time.Duration) {
 // complete is a generation that finished: the client has its answer, or
 // had left.
 func (e *engine) complete(r *request) {
+	e.settleCompleted(r)
 	e.release(r)
 	if r.gone {
 		r.state = stDone

@@ -46,6 +46,9 @@ func (e *engine) setup() error {
 		return err
 	}
 	e.stateLimits()
+	if err := e.checkCosts(); err != nil {
+		return err
+	}
 	e.push(event{at: e.duration, kind: evEnd})
 	for i, c := range e.load.ReplicaChanges {
 		e.push(event{at: c.At.Duration, kind: evReplicas, n: int32(i)})
@@ -78,6 +81,13 @@ func (e *engine) stateLimits() {
 	for _, ts := range e.tenants {
 		ts.res.TenantLimit = e.stated.capOf(ts.name, ts.tier.name)
 		ts.res.QueueLimit = e.stated.tiers[ts.tier.name].tenantQueueLimit
+		if b := e.stated.budgetOf(ts.name, ts.tier.name); !b.IsZero() {
+			ts.res.Budget = &b
+			e.res.tokens = true
+		}
+		if ts.promptTokens != nil || ts.outputTokens != nil {
+			e.res.tokens = true
+		}
 	}
 }
 
@@ -151,6 +161,7 @@ func (e *engine) addTenants() error {
 			maxRetries: tl.maxRetries(), res: tr,
 		}
 		ts.svc = ts.rng
+		e.addCosts(ts, pol.MaxTokens())
 		if tl.Arrival.Process == ProcClosed {
 			// Its think times are drawn as its answers come, which depends
 			// on the scheduler: its service times get a stream of their
@@ -161,4 +172,22 @@ func (e *engine) addTenants() error {
 		e.res.Tenants[tl.Tenant] = tr
 	}
 	return nil
+}
+
+// addCosts gives ts its token distributions, their own random stream, and
+// the output each request reserves: maxTokens, else the pool's
+// defaultMaxTokens (a request that names no maximum).
+func (e *engine) addCosts(ts *tenantState, defaultMax int) {
+	tl := ts.cfg
+	ts.promptTokens, ts.outputTokens = tokenSampler(tl.PromptTokens), tokenSampler(tl.OutputTokens)
+	if ts.promptTokens == nil && ts.outputTokens == nil {
+		return
+	}
+	ts.tok = newTokenRand(e.seed, tl.Tenant)
+	if ts.outputTokens != nil {
+		ts.maxOut = int64(defaultMax)
+		if tl.MaxTokens != nil {
+			ts.maxOut = *tl.MaxTokens
+		}
+	}
 }

@@ -315,24 +315,33 @@ func TestDeterminism(t *testing.T) {
 	}
 }
 
+// TestGoldenJSON holds each example's --json document to its golden file
+// (go test ./simulate -run TestGoldenJSON -update rewrites them).
 func TestGoldenJSON(t *testing.T) {
-	res := run(t, read(t, "../examples/simulate/small.yaml"))
-	var got bytes.Buffer
-	if err := WriteJSON(&got, res); err != nil {
-		t.Fatal(err)
-	}
-	golden := filepath.Join("testdata", "small.json.golden")
-	if *update {
-		if err := os.WriteFile(golden, got.Bytes(), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(golden)
-	if err != nil {
-		t.Fatalf("%v (run go test ./simulate -run TestGoldenJSON -update)", err)
-	}
-	if diff := cmp.Diff(string(want), got.String()); diff != "" {
-		t.Errorf("--json output (-golden +got):\n%s", diff)
+	for example, golden := range map[string]string{
+		"small.yaml":   "small.json.golden",
+		"budgets.yaml": "budgets.json.golden",
+	} {
+		t.Run(example, func(t *testing.T) {
+			res := run(t, read(t, filepath.Join("../examples/simulate", example)))
+			var got bytes.Buffer
+			if err := WriteJSON(&got, res); err != nil {
+				t.Fatal(err)
+			}
+			path := filepath.Join("testdata", golden)
+			if *update {
+				if err := os.WriteFile(path, got.Bytes(), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatalf("%v (run go test ./simulate -run TestGoldenJSON -update)", err)
+			}
+			if diff := cmp.Diff(string(want), got.String()); diff != "" {
+				t.Errorf("--json output (-golden +got):\n%s", diff)
+			}
+		})
 	}
 }
 
