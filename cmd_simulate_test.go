@@ -277,3 +277,67 @@ func expectPNG(t *testing.T, path string) {
 		t.Errorf("%s is %dx%d, want a readable size", path, b.Dx(), b.Dy())
 	}
 }
+
+// TestSimulateCommandBudgets runs the budgets example: the JSON carries
+// tokensServed per tier and tenant, the rate_limited refusals and the
+// budgets in force; the tables add their columns.
+func TestSimulateCommandBudgets(t *testing.T) {
+	const example = "examples/simulate/budgets.yaml"
+	var stdout, stderr bytes.Buffer
+	if code := dispatch([]string{"simulate", "-f", example, "--json"}, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit code %d; stderr:\n%s", code, stderr.String())
+	}
+	type figures struct {
+		Refused      map[string]int64 `json:"refused"`
+		TokensServed map[string]int64 `json:"tokensServed"`
+		Budget       map[string]int64 `json:"budget"`
+	}
+	var doc struct {
+		MeasuredSeconds float64            `json:"measuredSeconds"`
+		Tiers           map[string]figures `json:"tiers"`
+		Tenants         map[string]figures `json:"tenants"`
+	}
+	if err := json.Unmarshal(stdout.Bytes(), &doc); err != nil {
+		t.Fatal(err)
+	}
+	for name, f := range doc.Tiers {
+		if _, ok := f.Refused["rate_limited"]; !ok {
+			t.Errorf("tier %s: refused has no rate_limited", name)
+		}
+		if f.TokensServed["prompt"] == 0 || f.TokensServed["completion"] == 0 {
+			t.Errorf("tier %s: tokensServed %v", name, f.TokensServed)
+		}
+	}
+	bulk := doc.Tenants["bulk"]
+	if diff := cmp.Diff(map[string]int64{"requestsPerMinute": 600, "tokensPerMinute": 30000}, bulk.Budget); diff != "" {
+		t.Errorf("bulk's budget (-want +got):\n%s", diff)
+	}
+	// bulk reserves about four times its budget: most attempts are
+	// refused, and what it is served stays near its 30,000 a minute (the
+	// window's edges let a little more through).
+	perMinute := float64(bulk.TokensServed["prompt"]+bulk.TokensServed["completion"]) * 60 / doc.MeasuredSeconds
+	if bulk.Refused["rate_limited"] == 0 || perMinute < 27000 || perMinute > 31000 {
+		t.Errorf("bulk: %d rate_limited, %.0f tokens a minute served; want refusals and about its budget of 30000", bulk.Refused["rate_limited"], perMinute)
+	}
+	if chat := doc.Tenants["chat"]; chat.Refused["rate_limited"] != 0 {
+		t.Errorf("chat, under its budget, was rate_limited %d times", chat.Refused["rate_limited"])
+	}
+
+	stdout.Reset()
+	if code := dispatch([]string{"simulate", "-f", example}, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit code %d; stderr:\n%s", code, stderr.String())
+	}
+	out := stdout.String()
+	for _, want := range []string{"  TOK prompt  TOK compl  TOK/MIN  ", "  REF 503  REF rate  ", "  BUDGET RPM  BUDGET TPM  "} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the tables lack %q:\n%s", want, out)
+		}
+	}
+	stdout.Reset()
+	if code := dispatch([]string{"simulate", "-f", smallExample}, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit code %d; stderr:\n%s", code, stderr.String())
+	}
+	if out := stdout.String(); strings.Contains(out, "REF rate") || strings.Contains(out, "TOK/MIN") {
+		t.Errorf("a run without tokens or budgets shows their columns:\n%s", out)
+	}
+}
