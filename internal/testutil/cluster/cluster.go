@@ -57,7 +57,7 @@ type Options struct {
 	// StageCRD is kwok's Stage CRD (bin/kwok/kwok.x-k8s.io_stages.yaml).
 	StageCRD string
 	// Dir holds the kubeconfig, the configuration files and each
-	// component's log (NAME.log); the caller removes it.
+	// component's log (NAME.log); Start makes it, the caller removes it.
 	Dir string
 	// Nodes is how many fake Nodes to create; the default is 1.
 	Nodes int
@@ -157,6 +157,9 @@ func withDefaults(o Options) (Options, error) {
 
 func (c *Cluster) start(ctx context.Context, env *envtest.Environment) error {
 	o := c.opts
+	if err := os.MkdirAll(o.Dir, 0o700); err != nil {
+		return err
+	}
 	c.Kubeconfig = filepath.Join(o.Dir, "admin.kubeconfig")
 	if err := controlplane.WriteKubeconfig(env, nil, c.Kubeconfig); err != nil {
 		return err
