@@ -34,9 +34,13 @@ func TestDeploymentOnKwok(t *testing.T) {
 
 	awaitPods(t, ns, "3 pods created by the ReplicaSet", func(pods []corev1.Pod) bool { return len(pods) == 3 })
 	applied.done("3 pods created (ReplicaSet controller)")
-	awaitPods(t, ns, "3 pods bound", func(pods []corev1.Pod) bool { return countPods(pods, func(p *corev1.Pod) bool { return p.Spec.NodeName != "" }) == 3 })
+	awaitPods(t, ns, "3 pods bound", func(pods []corev1.Pod) bool {
+		return countPods(pods, func(p *corev1.Pod) bool { return p.Spec.NodeName != "" }) == 3
+	})
 	applied.done("3 pods bound to kwok Nodes (scheduler)")
-	awaitPods(t, ns, "3 pods started", func(pods []corev1.Pod) bool { return countPods(pods, func(p *corev1.Pod) bool { return p.Status.PodIP != "" }) == 3 })
+	awaitPods(t, ns, "3 pods started", func(pods []corev1.Pod) bool {
+		return countPods(pods, func(p *corev1.Pod) bool { return p.Status.PodIP != "" }) == 3
+	})
 	applied.done("3 pods started with an address (kwok)")
 	awaitPods(t, ns, "3 pods Ready", func(pods []corev1.Pod) bool { return len(readyServing(pods)) == 3 })
 	ready := applied.done(fmt.Sprintf("3 pods Ready (kwok, cold start %s)", coldStart))
@@ -229,4 +233,3 @@ func simStats(t *testing.T) testutil.SimStats {
 	testutil.GetJSON(t, "http://"+simAddr+"/debug/stats", "", &st)
 	return st
 }
-
