@@ -7,7 +7,10 @@
 // relays to one real simserver process on 127.0.0.1, so what is sent to a
 // pod IP reaches a model server. No test here creates a Pod or writes a
 // status: Deployments are applied and scaled with kubectl, and the
-// controllers and kwok do the rest. Each step's duration is logged.
+// controllers and kwok do the rest. TestModelPoolFollowsScale adds the
+// real tiergate controller (as the cluster's admin) and two dispatcher
+// processes on the addresses kwok gave config/dispatcher's pods. Each
+// step's duration is logged.
 //
 // One thing this cluster cannot do: the API server refuses loopback
 // addresses in EndpointSlices, so a Service over these pods has an empty

@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
+	"github.com/tiergate/tiergate/api/v1alpha1"
 	"github.com/tiergate/tiergate/internal/testutil"
 	"github.com/tiergate/tiergate/internal/testutil/cluster"
 	"github.com/tiergate/tiergate/internal/testutil/controlplane"
@@ -88,6 +89,9 @@ func setUp() error {
 	}
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return err
+	}
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
 		return err
 	}
 	started := time.Now()
