@@ -34,7 +34,7 @@ func (c *Cluster) startControllerManager(env *envtest.Environment) error {
 		return fmt.Errorf("the API server's service-account signing key: %w", err)
 	}
 	ca := filepath.Join(o.Dir, "apiserver-ca.crt")
-	if err := os.WriteFile(ca, api.SecureServing.CA, 0o600); err != nil {
+	if err := os.WriteFile(ca, api.CA, 0o600); err != nil {
 		return err
 	}
 	port, err := freePort()

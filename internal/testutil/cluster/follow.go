@@ -85,7 +85,7 @@ type followedNetwork struct {
 
 func (fn *followedNetwork) close() error {
 	fn.stop()
-	return fn.Network.Close()
+	return fn.Close()
 }
 
 // FollowPods keeps n's states in step with the pods of cs (every

@@ -24,13 +24,15 @@ import (
 type State int
 
 const (
-	// Closed: no server listens (no pod, not started or not Ready yet,
-	// or crashed). New connections are reset, and so are open ones.
+	// Closed is an address no server listens on (no pod, not started or
+	// not Ready yet, or crashed): new connections are reset, and so are
+	// open ones.
 	Closed State = iota
-	// Serving: the model server accepts and answers.
+	// Serving is an address whose model server accepts and answers.
 	Serving
-	// Draining: the pod is terminating and its server stopped accepting
-	// at SIGTERM; open connections carry on until the pod is gone.
+	// Draining is the address of a terminating pod whose server stopped
+	// accepting at SIGTERM: open connections carry on until the pod is
+	// gone.
 	Draining
 )
 
