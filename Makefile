@@ -32,7 +32,7 @@ TEST_DEB_PACKAGES := redis-server prometheus
 # What the suites, verify and vulncheck need from hack/tools.sh.
 # golangci-lint is only make lint's: building it from cold caches takes
 # minutes that make test does not need.
-TEST_TOOLS := k8s helm controller-gen govulncheck vulndb keda
+TEST_TOOLS := k8s kwok helm controller-gen govulncheck vulndb keda
 
 ##@ General
 
@@ -43,7 +43,7 @@ help: ## Show this help
 		/^##@/ { printf "\n%s\n", substr($$0, 5) }' $(MAKEFILE_LIST)
 
 .PHONY: tools
-tools: ## Build bin/k8s/{kube-apiserver,etcd,kubectl}, install bin/{helm,controller-gen,golangci-lint,govulncheck,indexdb}, build bin/vulndb (skips when current)
+tools: ## Build bin/k8s/{kube-apiserver,etcd,kubectl,kube-controller-manager,kube-scheduler,kwok}, install bin/{helm,controller-gen,golangci-lint,govulncheck,indexdb}, build bin/vulndb (skips when current)
 	hack/tools.sh
 
 ##@ Development

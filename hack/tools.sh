@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # Builds the test control plane and the developer tools into bin/.
 #
-#   bin/k8s/{kube-apiserver,etcd,kubectl}  from the hack/tools module
+#   bin/k8s/{kube-apiserver,etcd,kubectl,kube-controller-manager,kube-scheduler}
+#   from the hack/tools module, in one go build
+#   bin/k8s/kwok, kwok's controller (fake nodes that play pods through Stage
+#   objects) with go install from its own module, and bin/kwok/, the Stage
+#   CRD from that module, which the cluster suites install
 #   bin/{helm,controller-gen,golangci-lint} with go install pkg@version
 #   bin/{govulncheck,indexdb} with go install pkg@version,
 #   bin/vulndb, the offline vulnerability database that indexdb builds from
@@ -14,7 +18,7 @@
 #   hack/tools/vegeta (apart from hack/tools, so its dependencies cannot move
 #   the control plane's versions and a change to it does not rebuild bin/k8s)
 #
-# Usage: hack/tools.sh [k8s|helm|controller-gen|golangci-lint|govulncheck|vulndb|keda|vegeta]...
+# Usage: hack/tools.sh [k8s|kwok|helm|controller-gen|golangci-lint|govulncheck|vulndb|keda|vegeta]...
 # (no argument: all of them but vegeta, which only make bench needs)
 #
 # Everything comes from the Go module proxy; nothing else is downloaded.
@@ -35,6 +39,10 @@ GOVULNCHECK_VERSION=v1.9.0
 VULNDB_VERSION=v0.0.0-20261105234957-e22db6528018
 # KEDA, whose ScaledObject CRD the controller's ScaledObjects must satisfy.
 KEDA_VERSION=v2.21.0
+# kwok, built from its own go.mod (its Kubernetes libraries are v0.36, so
+# it shares no compiled package with bin/k8s; it talks to the API server
+# over the wire only).
+KWOK_VERSION=v0.8.0
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 bin=$root/bin
@@ -43,9 +51,9 @@ export GOWORK=off
 groups=("$@")
 for g in "${groups[@]}"; do
 	case $g in
-	k8s | helm | controller-gen | golangci-lint | govulncheck | vulndb | keda | vegeta) ;;
+	k8s | kwok | helm | controller-gen | golangci-lint | govulncheck | vulndb | keda | vegeta) ;;
 	*)
-		echo "tools: unknown tool $g (want k8s, helm, controller-gen, golangci-lint, govulncheck, vulndb, keda or vegeta)" >&2
+		echo "tools: unknown tool $g (want k8s, kwok, helm, controller-gen, golangci-lint, govulncheck, vulndb, keda or vegeta)" >&2
 		exit 2
 		;;
 	esac
@@ -120,22 +128,26 @@ build_control_plane() {
 	mapfile -t files < <(cd "$root" && find hack/tools -path hack/tools/vegeta -prune -o \( -name '*.go' -o -name go.mod -o -name go.sum \) -print | LC_ALL=C sort)
 	local key stamp=$bin/k8s/.stamp
 	key=$(stamp_key "k8s $K8S_VERSION" "$ldflags" -- "${files[@]/#/$root/}")
-	if current "$stamp" "$key" "$bin/k8s/kube-apiserver" "$bin/k8s/etcd" "$bin/k8s/kubectl"; then
-		echo "tools: bin/k8s is current (kube-apiserver, etcd, kubectl ${K8S_VERSION})"
+	local names=(kube-apiserver etcd kubectl kube-controller-manager kube-scheduler)
+	if current "$stamp" "$key" "${names[@]/#/$bin/k8s/}"; then
+		echo "tools: bin/k8s is current (kube-apiserver, etcd, kubectl, kube-controller-manager, kube-scheduler ${K8S_VERSION})"
 		return
 	fi
-	echo "tools: building bin/k8s/{kube-apiserver,etcd,kubectl} ${K8S_VERSION} (the first build takes minutes)"
+	echo "tools: building bin/k8s/{kube-apiserver,etcd,kubectl,kube-controller-manager,kube-scheduler} ${K8S_VERSION} (the first build takes minutes)"
 	mkdir -p "$bin/k8s"
 	rm -f "$stamp"
-	# One go build for the three, so the packages they share (most of
+	# One go build for the five, so the packages they share (most of
 	# Kubernetes and etcd's client) are loaded and scheduled once and the
 	# links overlap the compiles. -o DIR/ names each binary after its
 	# package directory. etcd links none of the stamped symbols; -X leaves
 	# it alone.
-	(cd "$root/hack/tools" && go build -ldflags "$ldflags" -o "$bin/k8s/" ./cmd/kube-apiserver ./cmd/etcd ./cmd/kubectl)
+	(cd "$root/hack/tools" && go build -ldflags "$ldflags" -o "$bin/k8s/" "${names[@]/#/./cmd/}")
 	# Unstamped binaries report v0.0.0-master, which breaks Helm's KubeVersion.
 	check_version kubectl "Client Version: ${K8S_VERSION}" version --client
-	check_version kube-apiserver "Kubernetes ${K8S_VERSION}" --version
+	local n
+	for n in kube-apiserver kube-controller-manager kube-scheduler; do
+		check_version "$n" "Kubernetes ${K8S_VERSION}" --version
+	done
 	echo "$key" >"$stamp"
 }
 
@@ -156,6 +168,45 @@ install_tool() {
 }
 
 if wanted k8s; then build_control_plane; fi
+
+# module_dir MODULE@VERSION: the module's directory in the module cache
+# (downloading it through the proxy when missing).
+module_dir() {
+	(cd "$root/hack/tools" && go mod download -json "$1") | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p'
+}
+
+# build_kwok: bin/k8s/kwok with go install (kwok's own go.mod, no
+# replace directives), and bin/kwok/kwok.x-k8s.io_stages.yaml, the Stage
+# CRD of the same module version.
+build_kwok() {
+	local crd=$bin/kwok/kwok.x-k8s.io_stages.yaml
+	local key stamp=$bin/kwok/.stamp
+	key=$(stamp_key "sigs.k8s.io/kwok@$KWOK_VERSION")
+	if current "$stamp" "$key" "$bin/k8s/kwok" && [[ -f $crd ]]; then
+		echo "tools: bin/k8s/kwok is current ($KWOK_VERSION)"
+		return
+	fi
+	echo "tools: installing bin/k8s/kwok $KWOK_VERSION and its Stage CRD into bin/kwok"
+	mkdir -p "$bin/k8s" "$bin/kwok"
+	rm -f "$stamp"
+	GOBIN=$bin/k8s go install "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
+	local dir
+	dir=$(module_dir "sigs.k8s.io/kwok@$KWOK_VERSION")
+	local src=$dir/kustomize/crd/bases/kwok.x-k8s.io_stages.yaml
+	if [[ -z $dir || ! -f $src ]]; then
+		echo "tools: sigs.k8s.io/kwok@$KWOK_VERSION has no kustomize/crd/bases/kwok.x-k8s.io_stages.yaml (got dir '$dir')" >&2
+		exit 1
+	fi
+	install -m 0644 "$src" "$crd"
+	local got
+	got=$("$bin/k8s/kwok" --version)
+	if [[ $got != "kwok version ${KWOK_VERSION} "* ]]; then
+		echo "tools: bin/k8s/kwok reports the wrong version (want $KWOK_VERSION): $got" >&2
+		exit 1
+	fi
+	echo "$key" >"$stamp"
+}
+if wanted kwok; then build_kwok; fi
 # Helm's release builds stamp the Kubernetes version it assumes offline
 # (helm template, helm lint); a plain go install leaves v1.20, which this
 # chart's kubeVersion refuses.

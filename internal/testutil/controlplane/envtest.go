@@ -39,6 +39,15 @@ func WithAPIServerFlag(name, value string) Option {
 	}
 }
 
+// WithoutAPIServerFlag leaves out a kube-apiserver flag that envtest
+// would set, such as --disable-admission-plugins (envtest turns the
+// ServiceAccount plugin off because it runs no controller manager).
+func WithoutAPIServerFlag(name string) Option {
+	return func(env *envtest.Environment) {
+		env.ControlPlane.GetAPIServer().Configure().Disable(name)
+	}
+}
+
 // Start starts kube-apiserver and etcd from assets, with the CRDs of
 // root/config/crd/bases installed, serving the types of scheme. The caller
 // stops the returned environment.

@@ -1,0 +1,14 @@
+// Command kube-scheduler is the upstream scheduler, which binds the cluster
+// suites' pods to their kwok nodes.
+package main
+
+import (
+	"os"
+
+	"k8s.io/component-base/cli"
+	"k8s.io/kubernetes/cmd/kube-scheduler/app"
+)
+
+func main() {
+	os.Exit(cli.Run(app.NewSchedulerCommand()))
+}
