@@ -87,6 +87,7 @@ func TestFailedStreamedBodyIsNever200(t *testing.T) {
 			if err != nil {
 				t.Fatalf("no answer: %v", err)
 			}
+			defer resp.Body.Close()
 			b, _ := io.ReadAll(resp.Body)
 			if resp.StatusCode != http.StatusBadRequest {
 				t.Fatalf("got %d %q, want 400", resp.StatusCode, b)

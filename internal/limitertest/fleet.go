@@ -27,7 +27,8 @@ const (
 	fleetRunFor    = 2 * time.Second
 )
 
-// SeedEnv, when set to an integer, replays the fleet case with that seed.
+// SeedEnv names the environment variable that, set to an integer, replays
+// the fleet case with that seed.
 const SeedEnv = "LIMITERTEST_SEED"
 
 // fleetTenant is one tenant of the fleet case and what it was admitted.
