@@ -10,7 +10,9 @@
 // processes on those addresses. It then runs `tiergate controller` with a
 // kubeconfig and leader election, drives a mixed load (steady and noisy
 // premium tenants, standard tenants, an openai-go client that honours
-// Retry-After, a free-tier flood), shows a per-tier table every second,
+// Retry-After, a standard tenant over its tokens budget whose openai-go
+// workers back off on Retry-After and pace on the x-ratelimit-* headers
+// (budget.go), a free-tier flood), shows a per-tier table every second,
 // scales the pool 6→3→6 by patching the Deployment status (and marking
 // model pods NotReady/Ready). Then a scale-from-zero phase (zero.go): the
 // pool gets spec.coldStart, a lighter load runs, the pool goes to 0 ready

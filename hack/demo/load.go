@@ -48,6 +48,10 @@ type streamPlan struct {
 	// Steady streams keep each tenant under its own caps, so their waits
 	// show the tier's priority, not the tenant's own backlog.
 	Steady bool
+	// Budget, for a kindOpenAI stream, is the tenant over its tokens
+	// budget: what its requests cost and whether it paces itself
+	// (budget.go).
+	Budget *budgetPlan
 }
 
 // defaultPlan is the demo's load against the seed's pool (24 slots, 4/s at
@@ -64,6 +68,8 @@ func defaultPlan() []streamPlan {
 		{Name: "acme", Steady: true, Role: "premium tenant, steady 0.4 req/s", Tier: "premium", Tenants: []string{"acme"}, Rate: 0.4, MaxOut: 20, To: 1},
 		{Name: "umbrella", Role: "premium tenant, noisy: 3 req/s, far over its cap", Tier: "premium", Tenants: []string{"umbrella"}, Rate: 3, MaxOut: 40, From: 0.1, To: 0.9},
 		{Name: "soylent", Role: "premium tenant, openai-go client: 12 workers calling back to back, honouring Retry-After", Tier: "premium", Tenants: []string{"soylent"}, Kind: kindOpenAI, Workers: 12, To: 1},
+		{Name: "wayne", Role: "standard tenant over its tokens budget: openai-go, 3 workers, 2 KB prompts with max_tokens 100 (about 600 tokens each), honouring Retry-After and pacing on x-ratelimit-*",
+			Tier: "standard", Tenants: []string{"wayne"}, Kind: kindOpenAI, Workers: 3, To: 1, Budget: &budgetPlan{PromptBytes: 2000, MaxTokens: 100, Pace: true}},
 		{Name: "globex", Steady: true, Role: "standard tenant, 0.15 req/s", Tier: "standard", Tenants: []string{"globex"}, Rate: 0.15, MaxOut: 15, To: 1},
 		{Name: "hooli", Steady: true, Role: "standard tenant, 0.15 req/s", Tier: "standard", Tenants: []string{"hooli"}, Rate: 0.15, MaxOut: 15, To: 1},
 		{Name: "vandelay", Steady: true, Role: "standard tenant, 0.15 req/s", Tier: "standard", Tenants: []string{"vandelay"}, Rate: 0.15, MaxOut: 15, To: 1},

@@ -23,6 +23,8 @@ import (
 
 	"github.com/go-logr/logr"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
+	policy "github.com/tiergate/tiergate/api/policy/v1"
 )
 
 // Exit codes.
@@ -146,6 +148,8 @@ type demo struct {
 	started time.Time // of the load
 	ended   time.Duration
 	zero    *zeroRun // the scale-from-zero phase, once it began
+	// budgets are the budget stream's tenant's budgets at each dispatcher.
+	budgets []policy.Limits
 }
 
 func (d *demo) supervisor() *supervisor {
@@ -232,6 +236,9 @@ func (d *demo) run(ctx context.Context) (err error) {
 	}
 	if out, err := k.kubectl(ctx, "-n", d.pool.Namespace, "get", "modelpools,servicetiers"); err == nil {
 		d.ui.logf("what the controller computed (kubectl get modelpools,servicetiers):\n%s", indent(out))
+	}
+	if err := d.readBudgets(ctx); err != nil {
+		return err
 	}
 	if err := d.load(ctx); err != nil {
 		return err

@@ -104,6 +104,9 @@ func markdown(s *summary, kubectlGet string) string {
 	}
 	w("%d retries followed answers without the header (the client's own backoff).\n", o.OtherRetries)
 
+	if s.Budget != nil {
+		b.WriteString(budgetMarkdown(s.Budget))
+	}
 	if s.Zero != nil {
 		b.WriteString(zeroMarkdown(s.Zero))
 	}
@@ -230,6 +233,9 @@ func findings(s *summary) []string {
 		}
 		out = append(out, msg)
 	}
+	if s.Budget != nil {
+		out = append(out, budgetFinding(s.Budget))
+	}
 	// Every admitted job ended exactly once.
 	if j := s.Jobs; s.JobsIdle && j.Admitted > 0 {
 		ended := j.Dispatched + j.Abandoned + j.Expired + j.Drained
@@ -244,8 +250,8 @@ func findings(s *summary) []string {
 	// Client against server.
 	var diffs []string
 	for _, t := range s.Tiers {
-		c := t.RefusedByCause["capacity"] + t.RefusedByCause["tenant_limit"]
-		sv := int(math.Round(t.ServerRefusedByCause["capacity"] + t.ServerRefusedByCause["tenant_limit"]))
+		c := t.RefusedByCause["capacity"] + t.RefusedByCause["tenant_limit"] + t.RefusedByCause["rate_limited"]
+		sv := int(math.Round(t.ServerRefusedByCause["capacity"] + t.ServerRefusedByCause["tenant_limit"] + t.ServerRefusedByCause["rate_limited"]))
 		if c != sv {
 			diffs = append(diffs, fmt.Sprintf("%s 429s client %d / server %d", t.Tier, c, sv))
 		}
@@ -296,7 +302,7 @@ func tierOrderFinding(s *summary) []string {
 				steady = steady || n == st.Name
 			}
 		}
-		if !steady && st.Requests > 0 {
+		if !steady && !st.Budgeted && st.Requests > 0 {
 			capped = append(capped, fmt.Sprintf("%s (%s) p95 %.2fs", st.Name, st.Tier, st.WaitP95))
 		}
 	}

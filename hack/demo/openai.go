@@ -18,12 +18,17 @@ const openaiRetries = 4
 
 // openaiCall is one Chat.Completions.New call and its HTTP attempts.
 type openaiCall struct {
+	Stream   string
 	Tenant   string
 	Start    time.Duration
 	End      time.Duration
 	Outcome  string // served, refused (retries exhausted), cut, error
 	Cause    string
 	Attempts []attempt
+	// PromptTokens and CompletionTokens are a served call's usage.
+	PromptTokens, CompletionTokens int64
+	// Paced is how long the worker waited on the rate headers after it.
+	Paced time.Duration
 }
 
 type attempt struct {
@@ -31,6 +36,8 @@ type attempt struct {
 	Status     int
 	Cause      string
 	RetryAfter int // seconds, from the refusal
+	// Rate is the answer's x-ratelimit-*-tokens headers.
+	Rate rateHeaders
 }
 
 type callKey struct{}
@@ -55,25 +62,40 @@ func (g *loadGen) openaiWorker(issueCtx, reqCtx context.Context, s streamPlan, w
 	if !g.sleepUntil(issueCtx, from) {
 		return
 	}
-	for issueCtx.Err() == nil && g.rec.since() < to && g.rec.take() {
-		call := g.openaiCall(reqCtx, &c, tenant)
-		g.rec.mu.Lock()
-		g.rec.calls = append(g.rec.calls, call)
-		g.rec.mu.Unlock()
-	}
-}
-
-func (g *loadGen) openaiCall(reqCtx context.Context, c *openai.Client, tenant string) openaiCall {
-	tr := &callTracker{}
-	ctx, cancel := context.WithTimeout(context.WithValue(reqCtx, callKey{}, tr), g.timeout)
-	defer cancel()
-	call := openaiCall{Tenant: tenant, Start: g.rec.since()}
-	_, err := c.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{
+	params := openai.ChatCompletionNewParams{
 		Model:     "sim-model",
 		Messages:  []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Summarise the demo in one line.")},
 		MaxTokens: openai.Int(16),
-	})
+	}
+	if b := s.Budget; b != nil {
+		params.Messages = []openai.ChatCompletionMessageParamUnion{openai.UserMessage(b.prompt())}
+		params.MaxTokens = openai.Int(int64(b.MaxTokens))
+	}
+	for issueCtx.Err() == nil && g.rec.since() < to && g.rec.take() {
+		call := g.openaiCall(reqCtx, &c, s.Name, tenant, params)
+		more := true
+		if b := s.Budget; b != nil {
+			call.Paced, more = g.pace(issueCtx, b, call, to)
+		}
+		g.rec.mu.Lock()
+		g.rec.calls = append(g.rec.calls, call)
+		g.rec.mu.Unlock()
+		if !more {
+			return
+		}
+	}
+}
+
+func (g *loadGen) openaiCall(reqCtx context.Context, c *openai.Client, stream, tenant string, params openai.ChatCompletionNewParams) openaiCall {
+	tr := &callTracker{}
+	ctx, cancel := context.WithTimeout(context.WithValue(reqCtx, callKey{}, tr), g.timeout)
+	defer cancel()
+	call := openaiCall{Stream: stream, Tenant: tenant, Start: g.rec.since()}
+	res, err := c.Chat.Completions.New(ctx, params)
 	call.End = g.rec.since()
+	if err == nil {
+		call.PromptTokens, call.CompletionTokens = res.Usage.PromptTokens, res.Usage.CompletionTokens
+	}
 	tr.mu.Lock()
 	call.Attempts = tr.attempts
 	tr.mu.Unlock()
@@ -102,12 +124,16 @@ func (g *loadGen) middleware(s streamPlan, tenant string) option.Middleware {
 		rec := record{Stream: s.Name, Tenant: tenant, Tier: s.Tier, Client: "openai-go", Start: g.rec.since()}
 		g.rec.begin(s.Tier)
 		resp, err := next(req)
+		var rate rateHeaders
+		if resp != nil {
+			rate = readRateHeaders(resp.Header)
+		}
 		finish := func(rec record) {
 			rec.End = g.rec.since()
 			g.rec.end(rec)
 			if tr != nil {
 				tr.mu.Lock()
-				tr.attempts = append(tr.attempts, attempt{Start: rec.Start, End: rec.End, Status: rec.Status, Cause: rec.Cause, RetryAfter: rec.RetryAfter})
+				tr.attempts = append(tr.attempts, attempt{Start: rec.Start, End: rec.End, Status: rec.Status, Cause: rec.Cause, RetryAfter: rec.RetryAfter, Rate: rate})
 				tr.mu.Unlock()
 			}
 		}

@@ -27,27 +27,29 @@ const (
 
 // summary is summary.json, and what README.md is written from.
 type summary struct {
-	Interrupted   bool               `json:"interrupted"`
-	Error         string             `json:"error,omitempty"`
-	StartedAt     time.Time          `json:"startedAt"`
-	LoadSeconds   float64            `json:"loadSeconds"`
-	GraceSeconds  float64            `json:"graceSeconds"`
-	EndedSeconds  float64            `json:"endedSeconds"`
-	ServiceTime   string             `json:"serviceTime"`
-	Subnet        string             `json:"subnet"`
-	Pool          string             `json:"pool"`
-	Replicas      int32              `json:"replicas"`
-	PerReplica    int                `json:"concurrencyPerReplica"`
-	ClientTimeout float64            `json:"clientTimeoutSeconds"`
-	Tiers         []tierSummary      `json:"tiers"`
-	SteadyTiers   []steadyTier       `json:"steadyTiers"`
-	Streams       []streamSummary    `json:"streams"`
-	Phases        []phaseSummary     `json:"phases"`
-	ScaleEvents   []scaleEvent       `json:"scaleEvents"`
-	OpenAI        openaiSummary      `json:"openai"`
-	Conditions    []metav1.Condition `json:"conditions,omitempty"`
-	Events        []string           `json:"events,omitempty"`
-	Processes     int                `json:"processes"`
+	Interrupted   bool            `json:"interrupted"`
+	Error         string          `json:"error,omitempty"`
+	StartedAt     time.Time       `json:"startedAt"`
+	LoadSeconds   float64         `json:"loadSeconds"`
+	GraceSeconds  float64         `json:"graceSeconds"`
+	EndedSeconds  float64         `json:"endedSeconds"`
+	ServiceTime   string          `json:"serviceTime"`
+	Subnet        string          `json:"subnet"`
+	Pool          string          `json:"pool"`
+	Replicas      int32           `json:"replicas"`
+	PerReplica    int             `json:"concurrencyPerReplica"`
+	ClientTimeout float64         `json:"clientTimeoutSeconds"`
+	Tiers         []tierSummary   `json:"tiers"`
+	SteadyTiers   []steadyTier    `json:"steadyTiers"`
+	Streams       []streamSummary `json:"streams"`
+	Phases        []phaseSummary  `json:"phases"`
+	ScaleEvents   []scaleEvent    `json:"scaleEvents"`
+	OpenAI        openaiSummary   `json:"openai"`
+	// Budget is the tenant over its tokens budget (budget.go).
+	Budget     *budgetSummary     `json:"budget,omitempty"`
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	Events     []string           `json:"events,omitempty"`
+	Processes  int                `json:"processes"`
 	// Jobs are the dispatchers' queue totals at the end, once idle: every
 	// admitted job ended exactly once if Admitted is the sum of the rest.
 	Jobs     queue.Totals `json:"jobs"`
@@ -107,6 +109,9 @@ type streamSummary struct {
 	NotSent        int            `json:"notSent"`
 	WaitP50        float64        `json:"waitP50Seconds"`
 	WaitP95        float64        `json:"waitP95Seconds"`
+	// Budgeted: the stream is held back by its tokens budget, not by its
+	// caps.
+	Budgeted bool `json:"budgeted,omitempty"`
 }
 
 // phaseSummary is one tier during one pool size.
@@ -235,7 +240,7 @@ func (d *demo) summarize(runErr error) *summary {
 	d.rec.mu.Lock()
 	skipped := d.rec.skipped
 	for _, st := range d.plan {
-		ss := streamSummary{Name: st.Name, Role: st.Role, Tier: st.Tier, RefusedByCause: map[string]int{}, NotSent: skipped[st.Name]}
+		ss := streamSummary{Name: st.Name, Role: st.Role, Tier: st.Tier, RefusedByCause: map[string]int{}, NotSent: skipped[st.Name], Budgeted: st.Budget != nil}
 		for _, r := range recs {
 			if r.Stream != st.Name {
 				continue
@@ -259,6 +264,7 @@ func (d *demo) summarize(runErr error) *summary {
 	d.rec.mu.Unlock()
 	s.Phases = phases(order, events, d.pool.Replicas, d.sched.Load, recs, waits)
 	s.OpenAI = summarizeOpenAI(d.plan, calls)
+	s.Budget = summarizeBudget(d.plan, calls, d.budgets)
 	s.Zero = d.summarizeZero()
 	return s
 }
@@ -313,13 +319,17 @@ func phases(order []string, events []scaleEvent, full int32, load time.Duration,
 
 func summarizeOpenAI(plan []streamPlan, calls []openaiCall) openaiSummary {
 	var o openaiSummary
+	stream := ""
 	for _, s := range plan {
-		if s.Kind == kindOpenAI {
-			o.Tenant, o.Workers = strings.Join(s.Tenants, ","), s.Workers
+		if s.Kind == kindOpenAI && s.Budget == nil {
+			o.Tenant, o.Workers, stream = strings.Join(s.Tenants, ","), s.Workers, s.Name
 		}
 	}
 	o.MinGapRatio = math.NaN()
 	for _, c := range calls {
+		if c.Stream != stream {
+			continue // the budget stream's are summarised apart
+		}
 		o.Calls++
 		o.Attempts += len(c.Attempts)
 		switch c.Outcome {
@@ -342,9 +352,7 @@ func summarizeOpenAI(plan []streamPlan, calls []openaiCall) openaiSummary {
 			o.RetriesAfterHeader++
 			o.MaxRetryAfter = max(o.MaxRetryAfter, prev.RetryAfter)
 			ratio := (cur.Start - prev.End).Seconds() / float64(prev.RetryAfter)
-			// The client sleeps Retry-After from the moment it has the
-			// answer; the recorder notes the end a hair later.
-			if ratio >= 0.98 {
+			if ratio >= honouredRatio {
 				o.Honoured++
 			}
 			if math.IsNaN(o.MinGapRatio) || ratio < o.MinGapRatio {

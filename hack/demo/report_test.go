@@ -13,18 +13,23 @@ import (
 func sec(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
 
 func TestSummarizeOpenAI(t *testing.T) {
-	plan := []streamPlan{{Name: "soylent", Tenants: []string{"soylent"}, Kind: kindOpenAI, Workers: 3}}
+	plan := []streamPlan{{Name: "soylent", Tenants: []string{"soylent"}, Kind: kindOpenAI, Workers: 3},
+		{Name: "wayne", Tenants: []string{"wayne"}, Kind: kindOpenAI, Workers: 2, Budget: &budgetPlan{PromptBytes: 40, MaxTokens: 10}}}
 	tests := map[string]struct {
 		calls []openaiCall
 		want  openaiSummary
 	}{
 		"no calls": {want: openaiSummary{Tenant: "soylent", Workers: 3, MinGapRatio: math.NaN()}},
+		"the budget stream's calls are left out": {
+			calls: []openaiCall{{Stream: "wayne", Outcome: outcomeServed, Attempts: []attempt{{Start: 0, End: sec(6), Status: 200}}}},
+			want:  openaiSummary{Tenant: "soylent", Workers: 3, MinGapRatio: math.NaN()},
+		},
 		"first try": {
-			calls: []openaiCall{{Outcome: outcomeServed, Attempts: []attempt{{Start: 0, End: sec(6), Status: 200}}}},
+			calls: []openaiCall{{Stream: "soylent", Outcome: outcomeServed, Attempts: []attempt{{Start: 0, End: sec(6), Status: 200}}}},
 			want:  openaiSummary{Tenant: "soylent", Workers: 3, Calls: 1, Succeeded: 1, Attempts: 1, MinGapRatio: math.NaN()},
 		},
 		"retried after Retry-After, honoured": {
-			calls: []openaiCall{{Outcome: outcomeServed, Attempts: []attempt{
+			calls: []openaiCall{{Stream: "soylent", Outcome: outcomeServed, Attempts: []attempt{
 				{Start: 0, End: sec(0.01), Status: 429, RetryAfter: 2},
 				{Start: sec(2.01), End: sec(2.02), Status: 429, RetryAfter: 3},
 				{Start: sec(5.52), End: sec(11), Status: 200},
@@ -33,7 +38,7 @@ func TestSummarizeOpenAI(t *testing.T) {
 				RetriesAfterHeader: 2, Honoured: 2, MinGapRatio: 1, MaxRetryAfter: 3},
 		},
 		"retried too early": {
-			calls: []openaiCall{{Outcome: outcomeRefused, Cause: "tenant_limit", Attempts: []attempt{
+			calls: []openaiCall{{Stream: "soylent", Outcome: outcomeRefused, Cause: "tenant_limit", Attempts: []attempt{
 				{Start: 0, End: sec(0.01), Status: 429, RetryAfter: 4},
 				{Start: sec(1.01), End: sec(1.02), Status: 429, RetryAfter: 4},
 			}}},
@@ -41,7 +46,7 @@ func TestSummarizeOpenAI(t *testing.T) {
 				RetriesAfterHeader: 1, Honoured: 0, MinGapRatio: 0.25, MaxRetryAfter: 4},
 		},
 		"retry without the header, then cut": {
-			calls: []openaiCall{{Outcome: outcomeCut, Attempts: []attempt{
+			calls: []openaiCall{{Stream: "soylent", Outcome: outcomeCut, Attempts: []attempt{
 				{Start: 0, End: sec(30), Status: 504},
 				{Start: sec(30.5), End: sec(31), Status: 0},
 			}}},

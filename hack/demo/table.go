@@ -140,7 +140,7 @@ func renderTable(v tableView) string {
 	}
 	fmt.Fprintf(&b, "model: simserver, a stand-in for vLLM, service time %s; waits are client-side over the last %s\n\n", v.ServiceTime, v.WaitWindow)
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "TIER\tQUEUED\tBOUND\tTENANT CAP\tIN FLIGHT\tSLOT SHARE\tWAIT p50\tWAIT p95\tSERVED\tOPEN\t429 capacity\t429 tenant_limit\t504 queue_timeout\tother\t")
+	fmt.Fprintln(tw, "TIER\tQUEUED\tBOUND\tTENANT CAP\tIN FLIGHT\tSLOT SHARE\tWAIT p50\tWAIT p95\tSERVED\tOPEN\t429 capacity\t429 tenant_limit\t429 rate_limited\t504 queue_timeout\tother\t")
 	for _, t := range v.Tiers {
 		ts := s.Tiers[t]
 		l := v.Live[t]
@@ -153,14 +153,14 @@ func renderTable(v tableView) string {
 		}
 		other := l.Other
 		for cause, n := range l.Refused {
-			if cause != "capacity" && cause != "tenant_limit" && cause != "queue_timeout" {
+			if cause != "capacity" && cause != "tenant_limit" && cause != "rate_limited" && cause != "queue_timeout" {
 				other += n
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d+%dq\t%d\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t\n",
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d+%dq\t%d\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t\n",
 			t, ts.Queued, ts.Bound, ts.TenantLimit, ts.TenantQueueLimit, ts.InFlight, share,
 			secs(l.P50, l.WindowN), secs(l.P95, l.WindowN), l.Served, l.Pending,
-			l.Refused["capacity"], l.Refused["tenant_limit"], l.Refused["queue_timeout"], other)
+			l.Refused["capacity"], l.Refused["tenant_limit"], l.Refused["rate_limited"], l.Refused["queue_timeout"], other)
 	}
 	_ = tw.Flush()
 	b.WriteString("\nQUEUED and BOUND: summed over the dispatchers; TENANT CAP: one tenant's in-flight + queued limit; OPEN: requests the clients are waiting on\n")

@@ -68,7 +68,30 @@ type summary struct {
 		RetriesAfterHeader int `json:"retriesAfterRetryAfter"`
 		Honoured           int `json:"honoured"`
 	} `json:"openai"`
-	Zero *zeroSummary `json:"zero"`
+	Budget *budgetSummary `json:"budget"`
+	Zero   *zeroSummary   `json:"zero"`
+}
+
+// budgetSummary is the tenant over its tokens budget in summary.json.
+type budgetSummary struct {
+	Tenant             string  `json:"tenant"`
+	Tier               string  `json:"tier"`
+	TokensPerMinute    int64   `json:"tokensPerMinute"`
+	PerDispatcher      []int64 `json:"perDispatcher"`
+	Calls              int     `json:"calls"`
+	Succeeded          int     `json:"succeeded"`
+	Attempts           int     `json:"attempts"`
+	RateLimited        int     `json:"rateLimited"`
+	NoRetry            int     `json:"noRetry"`
+	RetriesAfterHeader int     `json:"retriesAfterRetryAfter"`
+	Honoured           int     `json:"honoured"`
+	WithHeaders        int     `json:"withHeaders"`
+	PromptTokens       int64   `json:"promptTokens"`
+	CompletionTokens   int64   `json:"completionTokens"`
+	SpanSeconds        float64 `json:"spanSeconds"`
+	AllowedTokens      int64   `json:"allowedTokens"`
+	Within             bool    `json:"withinBudget"`
+	BeyondBurst        float64 `json:"beyondBurstPerMinute"`
 }
 
 // zeroSummary is the scale-from-zero phase of summary.json.
@@ -151,7 +174,8 @@ func TestShortDemo(t *testing.T) {
 	}
 	for _, want := range []string{
 		"kubectl apply -n default -f config/samples",
-		"TIER  QUEUED  BOUND  TENANT CAP  IN FLIGHT  SLOT SHARE  WAIT p50  WAIT p95  SERVED  OPEN  429 capacity  429 tenant_limit  504 queue_timeout  other",
+		"TIER  QUEUED  BOUND  TENANT CAP  IN FLIGHT  SLOT SHARE  WAIT p50  WAIT p95  SERVED  OPEN  429 capacity  429 tenant_limit  429 rate_limited  504 queue_timeout  other",
+		"tenant wayne has a budget of 1800 tokens a minute (Local mode: 900 + 900 at the dispatchers)",
 		"scale 6→3: pods llm-3, llm-4, llm-5 NotReady",
 		"queue bounds premium 20→10, standard 80→40, free 120→60",
 		"scale 3→6: pods llm-3, llm-4, llm-5 Ready",
@@ -180,7 +204,7 @@ func TestShortDemo(t *testing.T) {
 			t.Errorf("tier %s: served %d, dispatched %d; want both > 0", tier.Tier, tier.Served, tier.Dispatched)
 		}
 		// The client and the dispatchers count 429s alike, cause by cause.
-		for _, cause := range []string{"capacity", "tenant_limit"} {
+		for _, cause := range []string{"capacity", "tenant_limit", "rate_limited"} {
 			if c, sv := tier.RefusedByCause[cause], tier.ServerRefusedByCause[cause]; float64(c) != sv {
 				t.Errorf("tier %s: %s refusals: client %d, dispatchers' metrics %v", tier.Tier, cause, c, sv)
 			}
@@ -245,9 +269,59 @@ func TestShortDemo(t *testing.T) {
 		t.Errorf("scale events at %.1fs and %.1fs, want about 10s and 20s", e[0].AtSeconds, e[1].AtSeconds)
 	}
 
+	checkBudget(t, s)
 	checkZero(t, s.Zero)
 	checkMarkdown(t, r.report, s)
 	checkCharts(t, r.report, s.Charts)
+}
+
+// checkBudget checks the tenant over its tokens budget (1,800 a minute,
+// 900 at each dispatcher in Local mode; its requests reserve about 600,
+// so a bucket holds one and refills one every 40 s): its three openai-go
+// workers run into it at once, are refused with 429 rate_limited (never
+// with x-should-retry: false, as a request fits a part), retry after
+// Retry-After as the SDK does, and every answer carries the
+// x-ratelimit-* headers. Its answers used no more tokens than a token
+// bucket of its budget admits from its first request to its last
+// answer: the full buckets plus their refill. Only it has a budget, so
+// its tier's rate_limited refusals are its own, and the dispatchers
+// counted as many (checked with the other causes).
+func checkBudget(t *testing.T, s summary) {
+	t.Helper()
+	b := s.Budget
+	if b == nil {
+		t.Fatal("summary.json has no budget stream")
+	}
+	if b.Tenant != "wayne" || b.Tier != "standard" || b.TokensPerMinute != 1800 || !cmp.Equal(b.PerDispatcher, []int64{900, 900}) {
+		t.Errorf("budget stream: tenant %s tier %s, budget %d split %v; want wayne, standard, 1800 as 900 + 900", b.Tenant, b.Tier, b.TokensPerMinute, b.PerDispatcher)
+	}
+	if b.RateLimited == 0 || b.NoRetry != 0 || b.RetriesAfterHeader == 0 || b.Honoured != b.RetriesAfterHeader {
+		t.Errorf("budget stream: %d rate_limited (%d x-should-retry: false), %d retries after Retry-After, %d honoured; want refusals, retries, all honoured, none never-retry",
+			b.RateLimited, b.NoRetry, b.RetriesAfterHeader, b.Honoured)
+	}
+	if b.Succeeded == 0 || b.WithHeaders != b.Attempts {
+		t.Errorf("budget stream: %d of %d calls succeeded, %d of %d attempts carried x-ratelimit-*", b.Succeeded, b.Calls, b.WithHeaders, b.Attempts)
+	}
+	used := b.PromptTokens + b.CompletionTokens
+	if want := int64(float64(b.TokensPerMinute) * (1 + b.SpanSeconds/60)); !b.Within || used > b.AllowedTokens || b.AllowedTokens != want {
+		t.Errorf("budget stream used %d tokens in %.1fs; its budget admits %d (reported %d, within %v)", used, b.SpanSeconds, want, b.AllowedTokens, b.Within)
+	}
+	// The same, as a rate: beyond the full buckets, no more than the
+	// budget a minute.
+	if b.BeyondBurst > float64(b.TokensPerMinute) {
+		t.Errorf("budget stream: %.0f tokens a minute beyond its full buckets, over its %d", b.BeyondBurst, b.TokensPerMinute)
+	}
+	var tier int
+	for _, tr := range s.Tiers {
+		if tr.Tier == b.Tier {
+			tier = tr.RefusedByCause["rate_limited"]
+		}
+	}
+	if tier != b.RateLimited {
+		t.Errorf("tier %s has %d rate_limited refusals, the budget stream %d: another tenant was rate limited", b.Tier, tier, b.RateLimited)
+	}
+	t.Logf("budget stream: %d calls, %d attempts, %d rate_limited, %d retries after Retry-After; used %d of the %d tokens its budget admits in %.1fs (%.0f a minute beyond its full buckets)",
+		b.Calls, b.Attempts, b.RateLimited, b.RetriesAfterHeader, used, b.AllowedTokens, b.SpanSeconds, b.BeyondBurst)
 }
 
 // checkZero checks the scale-from-zero phase: the pool at 0 with a cold
@@ -311,7 +385,7 @@ func checkMarkdown(t *testing.T, dir string, s summary) {
 		t.Fatal(err)
 	}
 	md := string(b)
-	wants := []string{"# tiergate demo report", "## What the numbers show", "## Scale events", "## The openai-go client", "## Scale from zero and back",
+	wants := []string{"# tiergate demo report", "## What the numbers show", "## Scale events", "## The openai-go client", "## A tenant over its token budget", "## Scale from zero and back",
 		"### 00:10", "### 00:20", "AgeingHorizonExceedsClientTimeout"}
 	for _, tier := range s.Tiers {
 		// The per-tier row carries the summary's numbers.

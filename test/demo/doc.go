@@ -4,7 +4,9 @@
 // (Markdown, summary.json, PNG charts that decode), the numbers in it
 // (every tier served, refusals recorded and counted alike by client and
 // dispatchers, bounds that followed the 6→3→6 scale to the exact values of
-// the seed's worked example) and that no process the demo started
+// the seed's worked example, the tenant over its tokens budget refused
+// with rate_limited, retrying after Retry-After and using no more tokens
+// than its budget admits) and that no process the demo started
 // survives it, by PID, by process group and by command line. A second test
 // interrupts a run with SIGINT sent to its process group, as a terminal's
 // Ctrl-C does, and checks the same cleanup.
