@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -99,7 +100,9 @@ func TestBadBudgetsAreRefused(t *testing.T) {
 			t.Parallel()
 			obj := fromSample(t, ns, tc.kind, tc.sample, tc.mutate)
 			got := refusal(t, k8sClient.Create(context.Background(), obj))
-			if diff := cmp.Diff(tc.want, got); diff != "" {
+			// The API server lists the causes of one object in no fixed
+			// order (both of "both negative" came either way round).
+			if diff := cmp.Diff(tc.want, got, sortCauses); diff != "" {
 				t.Errorf("causes (-want +got):\n%s", diff)
 			}
 		})
@@ -298,3 +301,14 @@ func TestGetShowsTheBudgets(t *testing.T) {
 		t.Errorf("status with an unknown source (-want +got):\n%s", diff)
 	}
 }
+
+// sortCauses compares lists of causes whatever their order.
+var sortCauses = cmpopts.SortSlices(func(a, b cause) bool {
+	if a.Field != b.Field {
+		return a.Field < b.Field
+	}
+	if a.Type != b.Type {
+		return a.Type < b.Type
+	}
+	return a.Message < b.Message
+})
