@@ -62,6 +62,67 @@ type Policy struct {
 	// Tokens is how the dispatcher estimates a request's tokens (schema
 	// revision 2); nil uses DefaultMaxTokens.
 	Tokens *Tokens `json:"tokens,omitempty"`
+
+	// Fairness orders the requests within each tier (schema revision 3);
+	// nil is FairnessRequests.
+	Fairness *Fairness `json:"fairness,omitempty"`
+	// TokenServiceRate is the drain rate in weighted tokens per second
+	// of the queue this dispatcher's token bounds describe (its own share
+	// in Local mode, the pool's in Redis mode, as ServiceRate), used for
+	// Retry-After of a token-bound refusal until a tier's own token drain
+	// rate has been measured (schema revision 3). 0 with token bounds
+	// falls back on ServiceRate and the refused request's own cost.
+	TokenServiceRate float64 `json:"tokenServiceRate,omitempty"`
+}
+
+// Fairness modes.
+const (
+	// FairnessRequests serves a tier's requests by their ageing key
+	// alone, the order of revisions 0-2.
+	FairnessRequests = "Requests"
+	// FairnessTokens serves a tier's next slot to the oldest request of
+	// its backlogged tenant with the smallest virtual token counter.
+	FairnessTokens = "Tokens"
+)
+
+// Default token weights of a Fairness that names none.
+const (
+	DefaultInputWeight  = 1
+	DefaultOutputWeight = 2
+)
+
+// Fairness is how the requests of one tier share its slots.
+type Fairness struct {
+	// Mode is FairnessRequests (also when empty) or FairnessTokens.
+	Mode string `json:"mode,omitempty"`
+	// InputWeight and OutputWeight weigh a request's prompt and output
+	// tokens in its cost; 0 is DefaultInputWeight, DefaultOutputWeight.
+	InputWeight  int `json:"inputWeight,omitempty"`
+	OutputWeight int `json:"outputWeight,omitempty"`
+}
+
+// FairnessOf is p's fairness with its defaults filled in.
+func (p *Policy) FairnessOf() Fairness {
+	f := Fairness{Mode: FairnessRequests}
+	if p.Fairness != nil {
+		f = *p.Fairness
+	}
+	if f.Mode == "" {
+		f.Mode = FairnessRequests
+	}
+	if f.InputWeight == 0 {
+		f.InputWeight = DefaultInputWeight
+	}
+	if f.OutputWeight == 0 {
+		f.OutputWeight = DefaultOutputWeight
+	}
+	return f
+}
+
+// Cost is a request's weighted tokens under f: prompt × InputWeight +
+// output × OutputWeight; f must have its defaults filled (FairnessOf).
+func (f Fairness) Cost(prompt, output int64) int64 {
+	return prompt*int64(f.InputWeight) + output*int64(f.OutputWeight)
 }
 
 // DefaultMaxTokens is the output a request may use when it names no
@@ -136,6 +197,14 @@ type Tier struct {
 	// none of its own, the default tier's unknown tenants included
 	// (schema revision 2).
 	TenantLimits *Limits `json:"tenantLimits,omitempty"`
+	// QueueTokenBound, when > 0, bounds the tier's queue in weighted
+	// tokens (the reserved cost of its queued requests) instead of in
+	// requests: the pool bounds by tokens (schema revision 3).
+	QueueTokenBound int64 `json:"queueTokenBound,omitempty"`
+	// TenantQueueTokenLimit, when > 0, is each tenant's share of
+	// QueueTokenBound, as TenantQueueLimit is of QueueBound (schema
+	// revision 3).
+	TenantQueueTokenLimit int64 `json:"tenantQueueTokenLimit,omitempty"`
 }
 
 // Tenant is a known tenant. MaxConcurrency, when set, replaces the tier's
@@ -147,6 +216,18 @@ type Tenant struct {
 	APIKeySHA256   []string `json:"apiKeySHA256,omitempty"`
 	// Limits are the tenant's own budgets (schema revision 2).
 	Limits *Limits `json:"limits,omitempty"`
+	// Weight divides the tenant's charged tokens in Tokens fairness: a
+	// tenant of weight 2 gets twice the tokens of one of weight 1 while
+	// both are backlogged; 0 is 1 (schema revision 3).
+	Weight int `json:"weight,omitempty"`
+}
+
+// WeightOf is the tenant's fairness weight, 1 when unset.
+func (tn *Tenant) WeightOf() int {
+	if tn == nil || tn.Weight < 1 {
+		return 1
+	}
+	return tn.Weight
 }
 
 // Backend is one ready model replica.
@@ -193,4 +274,10 @@ type Measured struct {
 	// not hold (at most MaxUnknownKeyIDs, sorted): the controller refetches
 	// a JWKS URL when it sees one.
 	UnknownKeyIDs []string `json:"unknownKeyIDs,omitempty"`
+	// TokensPerSlotSecond is the weighted tokens (the policy's Fairness
+	// weights) of the served requests' settled usage per second they held
+	// a slot, an EWMA; 0 until a served request reported usage. It is the
+	// measured rate behind token bounds when the pool's service time is
+	// Measured.
+	TokensPerSlotSecond float64 `json:"tokensPerSlotSecond,omitempty"`
 }

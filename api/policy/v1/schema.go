@@ -11,8 +11,10 @@ import (
 // reads and writes. Revision 0 is the document before it named its
 // schema (no schemaVersion field); revision 1 adds schemaVersion itself;
 // revision 2 the token budgets (tokens, tiers[].tenantLimits,
-// tenants[].limits).
-const SchemaVersion = 2
+// tenants[].limits); revision 3 fairness and token bounds (fairness,
+// tokenServiceRate, tiers[].queueTokenBound, tiers[].tenantQueueTokenLimit,
+// tenants[].weight).
+const SchemaVersion = 3
 
 // SchemaHeader is the admin API's response header that carries the
 // dispatcher's SchemaVersion, on every answer, errors included, so the
@@ -104,6 +106,52 @@ var fields = registry{
 			p.Tenants = slices.Clone(p.Tenants)
 			for i := range p.Tenants {
 				p.Tenants[i].Limits = nil
+			}
+		},
+	},
+	{
+		Name: "fairness", Since: 3,
+		InUse: func(p *Policy) bool { return p.Fairness != nil },
+		Clear: func(p *Policy) { p.Fairness = nil },
+	},
+	{
+		Name: "tokenServiceRate", Since: 3,
+		InUse: func(p *Policy) bool { return p.TokenServiceRate != 0 },
+		Clear: func(p *Policy) { p.TokenServiceRate = 0 },
+	},
+	{
+		Name: "tiers[].queueTokenBound", Since: 3,
+		InUse: func(p *Policy) bool {
+			return slices.ContainsFunc(p.Tiers, func(t Tier) bool { return t.QueueTokenBound != 0 })
+		},
+		Clear: func(p *Policy) {
+			p.Tiers = slices.Clone(p.Tiers)
+			for i := range p.Tiers {
+				p.Tiers[i].QueueTokenBound = 0
+			}
+		},
+	},
+	{
+		Name: "tiers[].tenantQueueTokenLimit", Since: 3,
+		InUse: func(p *Policy) bool {
+			return slices.ContainsFunc(p.Tiers, func(t Tier) bool { return t.TenantQueueTokenLimit != 0 })
+		},
+		Clear: func(p *Policy) {
+			p.Tiers = slices.Clone(p.Tiers)
+			for i := range p.Tiers {
+				p.Tiers[i].TenantQueueTokenLimit = 0
+			}
+		},
+	},
+	{
+		Name: "tenants[].weight", Since: 3,
+		InUse: func(p *Policy) bool {
+			return slices.ContainsFunc(p.Tenants, func(t Tenant) bool { return t.Weight != 0 })
+		},
+		Clear: func(p *Policy) {
+			p.Tenants = slices.Clone(p.Tenants)
+			for i := range p.Tenants {
+				p.Tenants[i].Weight = 0
 			}
 		},
 	},

@@ -60,6 +60,10 @@ func (p *Policy) Validate() error {
 	c.backends(p.Backends)
 	c.coldStart(p)
 	c.tokens(p.Tokens)
+	c.fairness(p.Fairness)
+	if !finite(p.TokenServiceRate) || p.TokenServiceRate < 0 {
+		c.add("tokenServiceRate", "must be a finite number >= 0, got %v", p.TokenServiceRate)
+	}
 	if len(c.errs) == 0 {
 		return nil
 	}
@@ -135,6 +139,7 @@ func (c *checker) tiers(ts []Tier) map[string]int {
 			c.add(f+".tenantQueueLimit", "must be >= 1, got %d", t.TenantQueueLimit)
 		}
 		c.limits(f+".tenantLimits", t.TenantLimits)
+		c.tokenBounds(f, t)
 	}
 	return names
 }
@@ -163,6 +168,41 @@ func (c *checker) tenants(tns []Tenant, tiers map[string]int) {
 		}
 		c.keyHashes(f, tn.APIKeySHA256, hashes)
 		c.limits(f+".limits", tn.Limits)
+		if tn.Weight < 0 {
+			c.add(f+".weight", "must be >= 1 when set, got %d", tn.Weight)
+		}
+	}
+}
+
+// tokenBounds checks a tier's token bounds: each > 0 when set, and a
+// tenant's share only beside a tier's bound.
+func (c *checker) tokenBounds(f string, t Tier) {
+	if t.QueueTokenBound < 0 {
+		c.add(f+".queueTokenBound", "must be >= 1 when set, got %d", t.QueueTokenBound)
+	}
+	switch {
+	case t.TenantQueueTokenLimit < 0:
+		c.add(f+".tenantQueueTokenLimit", "must be >= 1 when set, got %d", t.TenantQueueTokenLimit)
+	case t.TenantQueueTokenLimit > 0 && t.QueueTokenBound == 0:
+		c.add(f+".tenantQueueTokenLimit", "is set without queueTokenBound")
+	}
+}
+
+// fairness checks the fairness mode and weights.
+func (c *checker) fairness(fr *Fairness) {
+	if fr == nil {
+		return
+	}
+	switch fr.Mode {
+	case "", FairnessRequests, FairnessTokens:
+	default:
+		c.add("fairness.mode", "must be %q or %q, got %q", FairnessRequests, FairnessTokens, fr.Mode)
+	}
+	if fr.InputWeight < 0 {
+		c.add("fairness.inputWeight", "must be >= 1 when set, got %d", fr.InputWeight)
+	}
+	if fr.OutputWeight < 0 {
+		c.add("fairness.outputWeight", "must be >= 1 when set, got %d", fr.OutputWeight)
 	}
 }
 
