@@ -77,7 +77,7 @@ func TestHandler(t *testing.T) {
 				{method: "GET", path: "/v1/policy", token: "s3cret", wantCode: 404,
 					wantBody: `{"error":{"type":"no_policy","message":"no policy has been applied yet"}}`},
 				{method: "PUT", path: "/v1/policy", token: "s3cret", body: fmt.Sprintf(validPolicy, 3), wantCode: 200,
-					wantBody: `{"version":3,"schemaVersion":2,"stats":{"serviceTimeSeconds":1.5,"completed":7}}`},
+					wantBody: `{"version":3,"schemaVersion":3,"stats":{"serviceTimeSeconds":1.5,"completed":7}}`},
 				{method: "GET", path: "/readyz", wantCode: 200, wantBody: "ok\n"},
 				{method: "PUT", path: "/v1/policy", token: "s3cret", body: fmt.Sprintf(validPolicy, 2), wantCode: 409,
 					wantBody: `{"error":{"type":"stale_version","message":"policy version 2 is older than the applied version 3","current_version":3}}`},
@@ -90,10 +90,10 @@ func TestHandler(t *testing.T) {
 				{method: "PUT", path: "/v1/policy", token: "s3cret", body: `{"version":4,"bogus":1}`, wantCode: 400,
 					wantBody: `{"error":{"type":"invalid_policy","message":"policy: decode: json: unknown field \"bogus\"; the previous policy stays"}}`},
 				// A newer schema is named as such, not as its unknown field.
-				{method: "PUT", path: "/v1/policy", token: "s3cret", body: `{"schemaVersion":3,"version":4,"fairness":{"mode":"Tokens"}}`, wantCode: 400,
-					wantBody: `{"error":{"type":"unsupported_schema","message":"policy: decode: schemaVersion 3 is newer than 2, the newest this build understands; the previous policy stays"}}`},
+				{method: "PUT", path: "/v1/policy", token: "s3cret", body: `{"schemaVersion":4,"version":4,"futureField":{"mode":"x"}}`, wantCode: 400,
+					wantBody: `{"error":{"type":"unsupported_schema","message":"policy: decode: schemaVersion 4 is newer than 3, the newest this build understands; the previous policy stays"}}`},
 				{method: "PUT", path: "/v1/policy", token: "s3cret", body: `{"schemaVersion":1,` + fmt.Sprintf(validPolicy, 4)[1:], wantCode: 200,
-					wantBody: `{"version":4,"schemaVersion":2,"stats":{"serviceTimeSeconds":1.5,"completed":7}}`},
+					wantBody: `{"version":4,"schemaVersion":3,"stats":{"serviceTimeSeconds":1.5,"completed":7}}`},
 				{method: "GET", path: "/v1/nothing", token: "s3cret", wantCode: 404, wantBody: "404 page not found\n"},
 				{method: "GET", path: "/v1/policy", token: "s3cret", wantCode: 200, wantVersion: 4},
 				{method: "GET", path: "/v1/stats", token: "s3cret", wantCode: 200, wantBody: `{"queued":3}`},
@@ -146,8 +146,8 @@ func TestHandler(t *testing.T) {
 					}
 				}
 				// Every answer names the schema revision, refusals too.
-				if got := rec.Header().Get(policy.SchemaHeader); got != "2" {
-					t.Errorf("step %d: %s %q, want \"2\"", i, policy.SchemaHeader, got)
+				if got := rec.Header().Get(policy.SchemaHeader); got != "3" {
+					t.Errorf("step %d: %s %q, want \"3\"", i, policy.SchemaHeader, got)
 				}
 				if st.wantCode == http.StatusUnauthorized && rec.Header().Get("WWW-Authenticate") != `Bearer realm="tiergate-admin"` {
 					t.Errorf("step %d: no WWW-Authenticate", i)
