@@ -27,7 +27,9 @@ type Limits struct {
 	TokensPerMinute int64 `json:"tokensPerMinute,omitempty"`
 }
 
-// Tokens is how dispatchers count a request's tokens.
+// Tokens is how dispatchers count a request's tokens, and whether the
+// queues are bounded in tokens.
+// +kubebuilder:validation:XValidation:rule="has(self.prefillTokensPerSecond) == has(self.decodeTokensPerSecond)",message="tokens.prefillTokensPerSecond and tokens.decodeTokensPerSecond are set together or not at all"
 type Tokens struct {
 	// defaultMaxTokens is the output a request reserves when it names
 	// neither max_completion_tokens nor max_tokens (times its n).
@@ -36,6 +38,29 @@ type Tokens struct {
 	// +kubebuilder:default=1024
 	// +optional
 	DefaultMaxTokens int32 `json:"defaultMaxTokens,omitempty"`
+
+	// boundBy is what each tier's queue bound counts: Requests (μ ×
+	// min(W, clientTimeout) requests) or Tokens (the weighted tokens the
+	// pool serves in that time, spec.fairness's weights).
+	// +kubebuilder:default=Requests
+	// +optional
+	BoundBy QueueBoundBy `json:"boundBy,omitempty"`
+
+	// prefillTokensPerSecond is the prompt tokens one slot (one request
+	// in flight on one replica) reads per second. With
+	// decodeTokensPerSecond it declares the pool's token rate, which
+	// boundBy Tokens needs unless spec.serviceTime.source is Measured.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=10000000
+	// +optional
+	PrefillTokensPerSecond int32 `json:"prefillTokensPerSecond,omitempty"`
+
+	// decodeTokensPerSecond is the output tokens one slot writes per
+	// second.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=10000000
+	// +optional
+	DecodeTokensPerSecond int32 `json:"decodeTokensPerSecond,omitempty"`
 }
 
 // LimitsSource says where the budgets in force for a tenant come from.

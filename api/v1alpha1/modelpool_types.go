@@ -138,6 +138,7 @@ type Authentication struct {
 }
 
 // ModelPoolSpec describes one pool of model replicas.
+// +kubebuilder:validation:XValidation:rule="!has(self.tokens) || !has(self.tokens.boundBy) || self.tokens.boundBy != 'Tokens' || has(self.tokens.prefillTokensPerSecond) || (has(self.serviceTime.source) && self.serviceTime.source == 'Measured')",message="tokens.boundBy Tokens needs tokens.prefillTokensPerSecond and tokens.decodeTokensPerSecond, unless serviceTime.source is Measured",fieldPath=".tokens"
 type ModelPoolSpec struct {
 	// deploymentRef names the model Deployment in this namespace. Its
 	// status.readyReplicas is the pool size.
@@ -215,6 +216,12 @@ type ModelPoolSpec struct {
 	// Absent, a request that names no maximum output reserves 1024.
 	// +optional
 	Tokens *Tokens `json:"tokens,omitempty"`
+
+	// fairness is how the requests of one tier share its slots, and the
+	// weights of a request's cost in tokens. Absent is mode Requests with
+	// weights 1 and 2.
+	// +optional
+	Fairness *Fairness `json:"fairness,omitempty"`
 }
 
 // DispatcherCounts says how many dispatcher pods exist and hold the policy.
@@ -253,6 +260,20 @@ type ModelPoolStatus struct {
 	// observedServiceTime is the service time the dispatchers measured.
 	// +optional
 	ObservedServiceTime *metav1.Duration `json:"observedServiceTime,omitempty"`
+
+	// observedTokenRate is the weighted tokens (spec.fairness's weights)
+	// one slot serves per second, as the dispatchers measured it from
+	// settled usage; a decimal string, absent until measured.
+	// +optional
+	ObservedTokenRate string `json:"observedTokenRate,omitempty"`
+
+	// tokenRate is the weighted tokens per slot-second behind the tiers'
+	// queueTokenBound: observedTokenRate when serviceTime.source is
+	// Measured and it is known, else the rate spec.tokens declares.
+	// Absent unless spec.tokens.boundBy is Tokens and a rate is known;
+	// the queues are then bounded in requests.
+	// +optional
+	TokenRate string `json:"tokenRate,omitempty"`
 
 	// dispatchers counts this pool's dispatcher pods.
 	// +optional
@@ -349,6 +370,9 @@ const (
 // +kubebuilder:printcolumn:name="DESIRED",type=integer,JSONPath=`.status.desiredReplicas`
 // +kubebuilder:printcolumn:name="SLOTS",type=integer,JSONPath=`.status.poolConcurrency`
 // +kubebuilder:printcolumn:name="RATE",type=string,JSONPath=`.status.serviceRate`
+// +kubebuilder:printcolumn:name="FAIRNESS",type=string,JSONPath=`.spec.fairness.mode`,priority=1
+// +kubebuilder:printcolumn:name="BOUND-BY",type=string,JSONPath=`.spec.tokens.boundBy`,priority=1
+// +kubebuilder:printcolumn:name="TOKEN-RATE",type=string,JSONPath=`.status.tokenRate`,priority=1
 // +kubebuilder:printcolumn:name="SYNCED",type=integer,JSONPath=`.status.dispatchers.synced`
 // +kubebuilder:printcolumn:name="VERSION",type=integer,JSONPath=`.status.policyVersion`
 // +kubebuilder:printcolumn:name="READY",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`

@@ -55,6 +55,18 @@ type ServiceTierStatus struct {
 	// +optional
 	TenantQueueLimit int32 `json:"tenantQueueLimit,omitempty"`
 
+	// queueTokenBound, when the pool's spec.tokens.boundBy is Tokens and
+	// its token rate is known, bounds the queue instead of queueBound: the
+	// weighted tokens the pool serves within min(W, clientTimeout), for the
+	// whole pool. Absent otherwise; 0 at zero replicas as queueBound is.
+	// +optional
+	QueueTokenBound int64 `json:"queueTokenBound,omitempty"`
+
+	// tenantQueueTokenLimit is the weighted tokens one tenant may have
+	// queued, beside queueTokenBound.
+	// +optional
+	TenantQueueTokenLimit int64 `json:"tenantQueueTokenLimit,omitempty"`
+
 	// maxWait is the stated worst-case wait under sustained overload for a
 	// tenant under its own limits. At zero ready replicas with the pool's
 	// spec.coldStart set it includes the cold start.
@@ -96,6 +108,7 @@ const (
 // +kubebuilder:printcolumn:name="BOUND",type=integer,JSONPath=`.status.queueBound`
 // +kubebuilder:printcolumn:name="TENANT-LIMIT",type=integer,JSONPath=`.status.tenantConcurrencyLimit`
 // +kubebuilder:printcolumn:name="TENANT-TPM",type=integer,JSONPath=`.spec.tenantLimits.tokensPerMinute`
+// +kubebuilder:printcolumn:name="TOKEN-BOUND",type=integer,JSONPath=`.status.queueTokenBound`,priority=1
 // +kubebuilder:printcolumn:name="AGE",type=date,JSONPath=`.metadata.creationTimestamp`
 
 // ServiceTier is one priority tier of a ModelPool.

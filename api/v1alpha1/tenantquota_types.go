@@ -45,6 +45,16 @@ type TenantQuotaSpec struct {
 	// budget it leaves out falls back to the tier's spec.tenantLimits.
 	// +optional
 	Limits *Limits `json:"limits,omitempty"`
+
+	// weight is the tenant's share of its tier under the pool's
+	// spec.fairness mode Tokens: while backlogged, a tenant of weight 2 is
+	// served twice the weighted tokens of one of weight 1. Ignored in mode
+	// Requests.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000
+	// +kubebuilder:default=1
+	// +optional
+	Weight int32 `json:"weight,omitempty"`
 }
 
 // TenantQuotaStatus is the tenant's effective limits.
@@ -104,6 +114,7 @@ const APIKeysLabel = "tiergate.dev/api-keys"
 // +kubebuilder:printcolumn:name="LIMIT",type=integer,JSONPath=`.status.effectiveConcurrencyLimit`
 // +kubebuilder:printcolumn:name="RPM",type=integer,JSONPath=`.status.limits.requestsPerMinute`
 // +kubebuilder:printcolumn:name="TPM",type=integer,JSONPath=`.status.limits.tokensPerMinute`
+// +kubebuilder:printcolumn:name="WEIGHT",type=integer,JSONPath=`.spec.weight`,priority=1
 // +kubebuilder:printcolumn:name="READY",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="AGE",type=date,JSONPath=`.metadata.creationTimestamp`
 
