@@ -36,6 +36,10 @@ type BoundsInput struct {
 	// ObservedServiceTime replaces spec.serviceTime.mean when the source is
 	// Measured and it is positive.
 	ObservedServiceTime time.Duration
+	// ObservedTokenRate, the weighted tokens per slot-second the
+	// dispatchers measured, replaces the declared token rate when the
+	// source is Measured and it is positive (tokenbounds.go).
+	ObservedTokenRate float64
 	// Backends are the Ready model pods, copied into every Policy.
 	Backends []policy.Backend
 	// APIKeyHashes maps a TenantQuota's name to the SHA-256 hashes (lowercase
@@ -101,6 +105,17 @@ type PoolBounds struct {
 	// DefaultTierNotFound is true when spec.defaultTier names no tier; the
 	// policies then carry no default tier (unknown tenants are refused).
 	DefaultTierNotFound bool
+	// TokenRate is r, the weighted tokens one slot serves per second,
+	// behind the tiers' QueueTokenBound; 0 when they are bounded by
+	// requests (spec.tokens.boundBy Requests, or no rate known).
+	// TokenRateString is r with at most three decimals, "" when 0, and
+	// TokenRateSource says whether r was Declared or Measured.
+	TokenRate       float64
+	TokenRateString string
+	TokenRateSource v1alpha1.ServiceTimeSource
+	// TokenServiceRate is the weighted tokens per second the slots the
+	// bounds describe serve: P × r (C × r while held).
+	TokenServiceRate float64
 }
 
 // TierBounds are one tier's status values; all are pool-wide.
@@ -117,6 +132,13 @@ type TierBounds struct {
 	TenantConcurrencyLimit int32
 	// TenantQueueLimit is max(1, floor(L × share)).
 	TenantQueueLimit int32
+	// QueueTokenBound is the tier's bound in weighted tokens, max(1,
+	// floor(P × r × min(W, clientTimeout))) (C and the wait after the
+	// cold start while held), 0 when QueueBound is 0 or the pool bounds
+	// by requests; TenantQueueTokenLimit is max(1, floor(it × share)),
+	// 0 beside a QueueTokenBound of 0.
+	QueueTokenBound       int64
+	TenantQueueTokenLimit int64
 	// MaxWait is ageingRate × (base − base_min) + ΣL/μ + S, rounded up to
 	// the nanosecond; while the pool is at zero with a cold start,
 	// coldStart + ageingRate × (base − base_min) + ΣL/μ₁ + S. It is 0 when
@@ -166,6 +188,9 @@ type TenantBounds struct {
 	// LimitsSplit is how Local mode splits Limits over the dispatchers
 	// (budgets.go); nil in Redis mode, without budgets or dispatchers.
 	LimitsSplit *LimitsSplit
+	// Weight is the tenant's fairness weight, spec.weight (1 when unset);
+	// 0 when the quota is not in force.
+	Weight int32
 }
 
 // PolicyFor returns dispatcher i's policy (0 <= i < len(b.Policies)). Its
@@ -184,9 +209,11 @@ func ComputeBounds(in BoundsInput) (Bounds, error) {
 	if err != nil {
 		return Bounds{}, err
 	}
+	r.tokens, r.tokenSource = tokenRate(&spec, in.ObservedTokenRate)
 	tiers := sortedTiers(in.Tiers)
 	out := Bounds{Pool: poolBounds(&spec, r, tiers)}
 	out.Tiers = tierBounds(r, tiers, out.Pool.ClientTimeout)
+	tierTokenBounds(out.Tiers, tiers, r, out.Pool.ClientTimeout)
 	for _, tb := range out.Tiers {
 		out.Pool.TotalQueueBound += int64(tb.QueueBound)
 	}
@@ -241,6 +268,10 @@ func poolBounds(spec *v1alpha1.ModelPoolSpec, r rates, tiers []v1alpha1.ServiceT
 		ColdStart:                   r.coldStart,
 		FirstReplicaRate:            ratFloat(first),
 		FirstReplicaRateString:      ratString(first),
+		TokenRate:                   ratFloat(r.tokens),
+		TokenRateString:             ratString(r.tokens),
+		TokenRateSource:             r.tokenSource,
+		TokenServiceRate:            tokenServiceRate(r.tokens, r.boundsFor),
 	}
 }
 

@@ -219,9 +219,9 @@ func TestComputeBoundsSeedPolicy(t *testing.T) {
 		t.Errorf("policy (-want +got):\n%s", diff)
 	}
 	wantTenants := []TenantBounds{
-		{QuotaName: "acme", Tenant: "acme", Tier: "premium", EffectiveLimit: 10, APIKeys: 2},
-		{QuotaName: "globex", Tenant: "globex", Tier: "standard", EffectiveLimit: 2},
-		{QuotaName: "zeta", Tenant: "zeta-corp", Tier: "free", EffectiveLimit: 1},
+		{QuotaName: "acme", Tenant: "acme", Tier: "premium", EffectiveLimit: 10, APIKeys: 2, Weight: 1},
+		{QuotaName: "globex", Tenant: "globex", Tier: "standard", EffectiveLimit: 2, Weight: 1},
+		{QuotaName: "zeta", Tenant: "zeta-corp", Tier: "free", EffectiveLimit: 1, Weight: 1},
 	}
 	if diff := cmp.Diff(wantTenants, got.Tenants); diff != "" {
 		t.Errorf("tenants (-want +got):\n%s", diff)
@@ -418,14 +418,14 @@ func TestComputeBoundsTenants(t *testing.T) {
 			quotas: []v1alpha1.TenantQuota{seed.Quota("q1", "initech", "gold", nil), seed.Quota("q2", "acme", "free", nil)},
 			wantTenants: []TenantBounds{
 				{QuotaName: "q1", Tenant: "initech", Tier: "gold", TierNotFound: true},
-				{QuotaName: "q2", Tenant: "acme", Tier: "free", EffectiveLimit: 1},
+				{QuotaName: "q2", Tenant: "acme", Tier: "free", EffectiveLimit: 1, Weight: 1},
 			},
 			wantPolicy: []policy.Tenant{{ID: "acme", Tier: "free"}},
 		},
 		"an override replaces the share-derived limit, even below it": {
 			quotas: []v1alpha1.TenantQuota{seed.Quota("q", "acme", "premium", ptr.To[int32](2))},
 			wantTenants: []TenantBounds{
-				{QuotaName: "q", Tenant: "acme", Tier: "premium", EffectiveLimit: 2},
+				{QuotaName: "q", Tenant: "acme", Tier: "premium", EffectiveLimit: 2, Weight: 1},
 			},
 			wantPolicy: []policy.Tenant{{ID: "acme", Tier: "premium", MaxConcurrency: 2}},
 		},
@@ -433,7 +433,7 @@ func TestComputeBoundsTenants(t *testing.T) {
 			quotas: []v1alpha1.TenantQuota{dupNew, dupOld},
 			wantTenants: []TenantBounds{
 				{QuotaName: "a-second", Tenant: "acme", Tier: "standard", Duplicate: true, DuplicateOf: "b-first"},
-				{QuotaName: "b-first", Tenant: "acme", Tier: "premium", EffectiveLimit: 6},
+				{QuotaName: "b-first", Tenant: "acme", Tier: "premium", EffectiveLimit: 6, Weight: 1},
 			},
 			wantPolicy: []policy.Tenant{{ID: "acme", Tier: "premium"}},
 		},
@@ -449,7 +449,7 @@ func TestComputeBoundsTenants(t *testing.T) {
 			}()},
 			wantTenants: []TenantBounds{
 				{QuotaName: "a-old", Tenant: "acme", Tier: "gold", TierNotFound: true},
-				{QuotaName: "b-new", Tenant: "acme", Tier: "free", EffectiveLimit: 1},
+				{QuotaName: "b-new", Tenant: "acme", Tier: "free", EffectiveLimit: 1, Weight: 1},
 			},
 			wantPolicy: []policy.Tenant{{ID: "acme", Tier: "free"}},
 		},

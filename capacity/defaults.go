@@ -12,7 +12,8 @@ import (
 // The ModelPool defaults of the CRD (the +kubebuilder:default markers in
 // api/v1alpha1), for objects that were never defaulted by an API server.
 // spec.tokens.defaultMaxTokens defaults to policy.DefaultMaxTokens, the
-// dispatchers' own default, when spec.tokens is given.
+// dispatchers' own default, when spec.tokens is given, and spec.fairness's
+// weights to policy.DefaultInputWeight and DefaultOutputWeight.
 const (
 	// DefaultAgeingRate is the rate of an ageing that sets neither rate
 	// nor starvationBound.
@@ -58,11 +59,29 @@ func ApplyDefaults(spec *v1alpha1.ModelPoolSpec) {
 	if spec.Dispatchers.AdminPort == 0 {
 		spec.Dispatchers.AdminPort = defaultAdminPort
 	}
-	if t := spec.Tokens; t != nil && t.DefaultMaxTokens == 0 {
+	if t := spec.Tokens; t != nil && (t.DefaultMaxTokens == 0 || t.BoundBy == "") {
 		// A copy, as for Autoscaling below.
 		c := *t
-		c.DefaultMaxTokens = policy.DefaultMaxTokens
+		if c.DefaultMaxTokens == 0 {
+			c.DefaultMaxTokens = policy.DefaultMaxTokens
+		}
+		if c.BoundBy == "" {
+			c.BoundBy = v1alpha1.BoundByRequests
+		}
 		spec.Tokens = &c
+	}
+	if f := spec.Fairness; f != nil && (f.Mode == "" || f.InputWeight == 0 || f.OutputWeight == 0) {
+		c := *f
+		if c.Mode == "" {
+			c.Mode = v1alpha1.FairnessRequests
+		}
+		if c.InputWeight == 0 {
+			c.InputWeight = policy.DefaultInputWeight
+		}
+		if c.OutputWeight == 0 {
+			c.OutputWeight = policy.DefaultOutputWeight
+		}
+		spec.Fairness = &c
 	}
 	if a := spec.Autoscaling; a != nil && a.TargetUtilization == nil {
 		// A new Autoscaling, so the caller's object is not written through

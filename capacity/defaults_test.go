@@ -127,10 +127,10 @@ func TestApplyDefaultsTokens(t *testing.T) {
 	given := &v1alpha1.Tokens{}
 	spec := v1alpha1.ModelPoolSpec{Tokens: given}
 	ApplyDefaults(&spec)
-	if diff := cmp.Diff(&v1alpha1.Tokens{DefaultMaxTokens: policy.DefaultMaxTokens}, spec.Tokens); diff != "" {
+	if diff := cmp.Diff(&v1alpha1.Tokens{DefaultMaxTokens: policy.DefaultMaxTokens, BoundBy: v1alpha1.BoundByRequests}, spec.Tokens); diff != "" {
 		t.Errorf("tokens (-want +got):\n%s", diff)
 	}
-	if given.DefaultMaxTokens != 0 {
+	if given.DefaultMaxTokens != 0 || given.BoundBy != "" {
 		t.Errorf("ApplyDefaults wrote %d through the caller's Tokens", given.DefaultMaxTokens)
 	}
 	set := v1alpha1.ModelPoolSpec{Tokens: &v1alpha1.Tokens{DefaultMaxTokens: 7}}

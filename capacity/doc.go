@@ -11,6 +11,9 @@
 //     spec.coldStart the bounds are those of the first replica, μ₁ = C / S
 //     serving from the cold start on (docs/architecture.md#the-bounds).
 //   - tiers.go: each tier's queue bound and tenant limits, then its maxWait.
+//   - tokenbounds.go: with spec.tokens.boundBy Tokens, each tier's bound
+//     in weighted tokens, P × r × min(W, clientTimeout), r declared (a
+//     balanced reference request) or measured (docs/tokens.md).
 //   - tenants.go: which TenantQuota is in force for a tenant, and which
 //     tenant owns an API key listed twice.
 //   - split.go: one Policy per dispatcher, with its slice of the pool.

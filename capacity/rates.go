@@ -21,6 +21,10 @@ type rates struct {
 	coldStart   time.Duration
 	serviceTime time.Duration // S, > 0
 	source      v1alpha1.ServiceTimeSource
+	// tokens is r, the weighted tokens per slot-second of the token
+	// bounds (tokenbounds.go); nil when the queues are bounded by requests.
+	tokens      *big.Rat
+	tokenSource v1alpha1.ServiceTimeSource
 }
 
 // poolRates takes R from the caller, C from the spec and S from the spec

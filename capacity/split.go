@@ -27,6 +27,8 @@ func basePolicy(pool *v1alpha1.ModelPool, spec *v1alpha1.ModelPoolSpec, b PoolBo
 	}
 	return policy.Policy{
 		Tokens:               tokens,
+		Fairness:             policyFairness(spec.Fairness),
+		TokenServiceRate:     b.TokenServiceRate,
 		Pool:                 pool.Namespace + "/" + pool.Name,
 		ServiceRate:          rate,
 		ColdStartSeconds:     b.ColdStart.Seconds(),
@@ -112,9 +114,14 @@ func (s part) policy(base policy.Policy, r rates, tiers []TierBounds, live []liv
 		t := *base.Tokens
 		pol.Tokens = &t
 	}
+	if base.Fairness != nil {
+		f := *base.Fairness
+		pol.Fairness = &f
+	}
 	if !s.whole && s.pool > 0 {
 		// This dispatcher drains its own slice of the pool.
 		pol.ServiceRate, _ = r.perSecond(s.mine).Float64()
+		pol.TokenServiceRate = tokenServiceRate(r.tokens, s.mine)
 	}
 	pol.Tiers = make([]policy.Tier, 0, len(tiers))
 	for _, tb := range tiers {
@@ -126,10 +133,12 @@ func (s part) policy(base policy.Policy, r rates, tiers []TierBounds, live []liv
 			TenantConcurrencyLimit: s.of(tb.TenantConcurrencyLimit),
 			TenantQueueLimit:       s.of(tb.TenantQueueLimit),
 			TenantLimits:           s.budgets.limits(tb.TenantLimits, s.index),
+			QueueTokenBound:        s.tokens(tb.QueueTokenBound),
+			TenantQueueTokenLimit:  s.tokens(tb.TenantQueueTokenLimit),
 		})
 	}
 	for _, lt := range live {
-		t := policy.Tenant{ID: lt.bounds.Tenant, Tier: lt.bounds.Tier, Limits: s.budgets.limits(lt.own, s.index)}
+		t := policy.Tenant{ID: lt.bounds.Tenant, Tier: lt.bounds.Tier, Limits: s.budgets.limits(lt.own, s.index), Weight: lt.weight}
 		if lt.override > 0 {
 			t.MaxConcurrency = s.of(lt.override)
 		}

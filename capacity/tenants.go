@@ -14,6 +14,9 @@ type liveTenant struct {
 	hashes   []string
 	// own are spec.limits, pool-wide; nil when unset.
 	own *policy.Limits
+	// weight is spec.weight when it is not 1 (the default), else 0, so
+	// that a tenant of weight 1 pushes the policy of revision 2.
+	weight int
 }
 
 // tenantBounds reports every quota, sorted by quota name, and returns the
@@ -50,7 +53,12 @@ func tenantBounds(quotas []v1alpha1.TenantQuota, tiers []TierBounds, hashes map[
 			own := limitsOf(q.Spec.Limits)
 			tb.Limits = policy.LimitsOf(&policy.Tenant{Limits: own}, &policy.Tier{TenantLimits: budgets[tb.Tier]})
 			tb.LimitsSource = limitsSource(own, tb.Limits)
-			live = append(live, liveTenant{bounds: tb, override: override, hashes: hashes[q.Name], own: own})
+			tb.Weight = max(1, q.Spec.Weight)
+			lt := liveTenant{bounds: tb, override: override, hashes: hashes[q.Name], own: own}
+			if tb.Weight != 1 {
+				lt.weight = int(tb.Weight)
+			}
+			live = append(live, lt)
 		}
 		out = append(out, tb)
 	}

@@ -30,6 +30,9 @@ func validateInput(in BoundsInput) error {
 			errs = append(errs, fmt.Sprintf("quota %q: spec.maxConcurrency %d must be at least 1", q.Name, *q.Spec.MaxConcurrency))
 		}
 		errs = append(errs, validateLimits(fmt.Sprintf("quota %q: spec.limits", q.Name), q.Spec.Limits)...)
+		if q.Spec.Weight < 0 || q.Spec.Weight > v1alpha1.MaxTokenWeight {
+			errs = append(errs, fmt.Sprintf("quota %q: spec.weight %d must be between 1 and %d", q.Name, q.Spec.Weight, v1alpha1.MaxTokenWeight))
+		}
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("%w: %s", ErrInvalidInput, strings.Join(errs, "; "))
@@ -63,6 +66,8 @@ func validateSpec(spec *v1alpha1.ModelPoolSpec) []string {
 	if spec.Tokens != nil && spec.Tokens.DefaultMaxTokens < 0 {
 		errs = append(errs, fmt.Sprintf("spec.tokens.defaultMaxTokens: %d must be at least 1", spec.Tokens.DefaultMaxTokens))
 	}
+	errs = append(errs, validateTokenBounds(spec.Tokens)...)
+	errs = append(errs, validateFairness(spec.Fairness)...)
 	return append(errs, validateAutoscaling(spec.Autoscaling)...)
 }
 
@@ -106,6 +111,53 @@ func validateTiers(tiers []v1alpha1.ServiceTier) []string {
 			errs = append(errs, fmt.Sprintf("tier %q: spec.tenantShare %s must be greater than 0 and at most 1", t.Name, t.Spec.TenantShare.String()))
 		}
 		errs = append(errs, validateLimits(fmt.Sprintf("tier %q: spec.tenantLimits", t.Name), t.Spec.TenantLimits)...)
+	}
+	return errs
+}
+
+// validateTokenBounds refuses token rates the schema refuses (0 is
+// unset); the rule that boundBy Tokens needs them is not repeated: without
+// a rate the queues are bounded by requests.
+func validateTokenBounds(t *v1alpha1.Tokens) []string {
+	if t == nil {
+		return nil
+	}
+	var errs []string
+	for _, f := range []struct {
+		name string
+		v    int32
+	}{{"prefillTokensPerSecond", t.PrefillTokensPerSecond}, {"decodeTokensPerSecond", t.DecodeTokensPerSecond}} {
+		if f.v < 0 || f.v > v1alpha1.MaxTokensPerSecond {
+			errs = append(errs, fmt.Sprintf("spec.tokens.%s: %d must be between 1 and %d", f.name, f.v, v1alpha1.MaxTokensPerSecond))
+		}
+	}
+	switch t.BoundBy {
+	case "", v1alpha1.BoundByRequests, v1alpha1.BoundByTokens:
+	default:
+		errs = append(errs, fmt.Sprintf("spec.tokens.boundBy: %q must be Requests or Tokens", t.BoundBy))
+	}
+	return errs
+}
+
+// validateFairness refuses weights outside 1..MaxTokenWeight (0 is unset)
+// and an unknown mode.
+func validateFairness(f *v1alpha1.Fairness) []string {
+	if f == nil {
+		return nil
+	}
+	var errs []string
+	for _, w := range []struct {
+		name string
+		v    int32
+	}{{"inputWeight", f.InputWeight}, {"outputWeight", f.OutputWeight}} {
+		if w.v < 0 || w.v > v1alpha1.MaxTokenWeight {
+			errs = append(errs, fmt.Sprintf("spec.fairness.%s: %d must be between 1 and %d", w.name, w.v, v1alpha1.MaxTokenWeight))
+		}
+	}
+	switch f.Mode {
+	case "", v1alpha1.FairnessRequests, v1alpha1.FairnessTokens:
+	default:
+		errs = append(errs, fmt.Sprintf("spec.fairness.mode: %q must be Requests or Tokens", f.Mode))
 	}
 	return errs
 }
