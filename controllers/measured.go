@@ -45,3 +45,28 @@ func foldServiceTime(current time.Duration, stats []policy.Measured, minCompleti
 	}
 	return measured, measured != current
 }
+
+// foldTokenRate combines the dispatchers' measured weighted tokens per
+// slot-second as foldServiceTime does the service times: weighted by
+// completions (of the dispatchers that measured a rate), trusted from
+// minCompletions on, moved only beyond tolerance, rounded to 0.001.
+// current 0 takes any trusted measurement.
+func foldTokenRate(current float64, stats []policy.Measured, minCompletions int64, tolerance float64) (float64, bool) {
+	var weighted float64
+	var n int64
+	for _, s := range stats {
+		if s.Completed <= 0 || s.TokensPerSlotSecond <= 0 || math.IsNaN(s.TokensPerSlotSecond) || math.IsInf(s.TokensPerSlotSecond, 0) {
+			continue
+		}
+		weighted += s.TokensPerSlotSecond * float64(s.Completed)
+		n += s.Completed
+	}
+	if n == 0 || n < minCompletions {
+		return current, false
+	}
+	measured := max(math.Round(weighted/float64(n)*1000)/1000, 0.001)
+	if current > 0 && math.Abs(measured-current) <= tolerance*current {
+		return current, false
+	}
+	return measured, measured != current
+}

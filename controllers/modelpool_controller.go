@@ -5,6 +5,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"math"
+	"strconv"
 	"sync"
 	"time"
 
@@ -157,6 +159,9 @@ type computed struct {
 	// prevS is the observed service time in status, serviceTime the one to
 	// record now (0 while nothing was measured).
 	prevS, serviceTime time.Duration
+	// tokenRate is the measured weighted tokens per slot-second to record
+	// now (0 while nothing was measured).
+	tokenRate float64
 	// skewWarning is desired.skewWarning, for poolEvents.
 	skewWarning string
 }
@@ -166,8 +171,11 @@ type computed struct {
 func (r *PoolReconciler) compute(pool *v1alpha1.ModelPool, obs *observed, states []PodState) (computed, error) {
 	var c computed
 	c.prevS, c.serviceTime = r.serviceTime(pool, states)
+	c.tokenRate = r.tokenRate(pool, states)
+	in := obs.boundsInput(pool, c.serviceTime)
+	in.ObservedTokenRate = c.tokenRate
 	var err error
-	if c.bounds, err = capacity.ComputeBounds(obs.boundsInput(pool, c.serviceTime)); err != nil {
+	if c.bounds, err = capacity.ComputeBounds(in); err != nil {
 		return c, err
 	}
 	reports := make([]policy.Measured, 0, len(states))
@@ -195,6 +203,7 @@ func (r *PoolReconciler) desire(pool *v1alpha1.ModelPool, obs *observed, c compu
 		HasTiers:          len(obs.tiers) > 0,
 		Version:           d.version,
 		ObservedService:   c.serviceTime,
+		ObservedTokenRate: c.tokenRate,
 		SharedState:       pool.Spec.SharedState,
 		Dispatchers:       dispatcherViews(targets, states, obs.excluded),
 		UnreachableStrike: r.UnreachableStrike,
@@ -271,6 +280,23 @@ func (r *PoolReconciler) serviceTime(pool *v1alpha1.ModelPool, states []PodState
 		next = prev
 	}
 	return prev, next
+}
+
+// tokenRate folds the dispatchers' measured token rates, with the same
+// hysteresis, from the value in status (0 when none or unreadable). Like
+// the service time it is recorded in every mode; the token bounds use it
+// only when the source is Measured.
+func (r *PoolReconciler) tokenRate(pool *v1alpha1.ModelPool, states []PodState) float64 {
+	stats := make([]policy.Measured, 0, len(states))
+	for _, s := range states {
+		stats = append(stats, s.Stats)
+	}
+	prev, err := strconv.ParseFloat(pool.Status.ObservedTokenRate, 64)
+	if err != nil || prev < 0 || math.IsInf(prev, 0) {
+		prev = 0
+	}
+	next, _ := foldTokenRate(prev, stats, r.MeasuredMinCompletions, r.MeasuredTolerance)
+	return next
 }
 
 // servablePolicies are the bounds' policies, with 0 slots when no backend

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -29,6 +30,7 @@ type poolView struct {
 	HasTiers          bool
 	Version           int64
 	ObservedService   time.Duration // 0 when nothing measured yet
+	ObservedTokenRate float64       // weighted tokens per slot-second; 0 when nothing measured yet
 	SharedState       v1alpha1.SharedStateMode
 	Dispatchers       []dispatcherView
 	UnreachableStrike int // consecutive failures before an unreachable pod degrades the pool
@@ -72,6 +74,11 @@ func desiredPoolStatus(cur v1alpha1.ModelPoolStatus, v poolView, now metav1.Time
 	if v.ObservedService > 0 {
 		st.ObservedServiceTime = &metav1.Duration{Duration: v.ObservedService}
 	}
+	st.ObservedTokenRate = ""
+	if v.ObservedTokenRate > 0 {
+		st.ObservedTokenRate = strconv.FormatFloat(v.ObservedTokenRate, 'f', -1, 64)
+	}
+	st.TokenRate = b.TokenRateString
 	st.PolicyVersion = v.Version
 	st.DesiredReplicas = v.Demand.Replicas
 	st.Dispatchers = dispatcherCounts(v.Dispatchers, v.Version)
@@ -278,6 +285,7 @@ func desiredTierStatus(cur v1alpha1.ServiceTierStatus, gen int64, tb capacity.Ti
 	st.QueueBound = tb.QueueBound
 	st.TenantConcurrencyLimit = tb.TenantConcurrencyLimit
 	st.TenantQueueLimit = tb.TenantQueueLimit
+	st.QueueTokenBound, st.TenantQueueTokenLimit = tb.QueueTokenBound, tb.TenantQueueTokenLimit
 	st.MaxWait = nil
 	if !tb.Unbounded {
 		st.MaxWait = &metav1.Duration{Duration: tb.MaxWait}
@@ -294,11 +302,19 @@ func tierReady(tb capacity.TierBounds, pool capacity.PoolBounds) (bool, string, 
 	case pool.ColdStart > 0 && tb.QueueBound == 0:
 		return false, string(v1alpha1.ReasonPoolNotReady), fmt.Sprintf(
 			"the pool is at zero replicas and this tier cannot wait out the cold start of %s: its requests are refused (503) until a replica is Ready", pool.ColdStart)
+	case pool.ColdStart > 0 && tb.QueueTokenBound > 0:
+		return false, string(v1alpha1.ReasonTierHeldForColdStart), fmt.Sprintf(
+			"the pool is at zero replicas: up to %d weighted tokens of requests are held for the first replica, expected within the cold start of %s", tb.QueueTokenBound, pool.ColdStart)
 	case pool.ColdStart > 0:
 		return false, string(v1alpha1.ReasonTierHeldForColdStart), fmt.Sprintf(
 			"the pool is at zero replicas: up to %d requests are held for the first replica, expected within the cold start of %s", tb.QueueBound, pool.ColdStart)
 	case pool.NoReadyReplicas:
 		return false, string(v1alpha1.ReasonPoolNotReady), "the pool has no ready replicas and no coldStart: its bound is 0, every request is refused (503) and nothing is served"
+	}
+	if tb.QueueTokenBound > 0 {
+		return true, string(v1alpha1.ReasonBoundsComputed), fmt.Sprintf(
+			"queue bound %d weighted tokens (%s per slot-second, %s), tenant limits %d in flight and %d weighted tokens queued, for %d pool slots",
+			tb.QueueTokenBound, pool.TokenRateString, strings.ToLower(string(pool.TokenRateSource)), tb.TenantConcurrencyLimit, tb.TenantQueueTokenLimit, pool.Concurrency)
 	}
 	return true, string(v1alpha1.ReasonBoundsComputed),
 		fmt.Sprintf("queue bound %d, tenant limits %d in flight and %d queued, for %d pool slots", tb.QueueBound, tb.TenantConcurrencyLimit, tb.TenantQueueLimit, pool.Concurrency)
@@ -309,6 +325,7 @@ func orphanTierStatus(cur v1alpha1.ServiceTierStatus, gen int64, pool string, no
 	st := *cur.DeepCopy()
 	st.ObservedGeneration = gen
 	st.QueueBound, st.TenantConcurrencyLimit, st.TenantQueueLimit = 0, 0, 0
+	st.QueueTokenBound, st.TenantQueueTokenLimit = 0, 0
 	st.MaxWait, st.Guarantee = nil, ""
 	setCondition(&st.Conditions, now, gen, v1alpha1.ConditionReady, false, string(v1alpha1.ReasonPoolNotFound),
 		fmt.Sprintf("ModelPool %q does not exist", pool))
