@@ -226,6 +226,14 @@ func TestValidateMessagesWithoutGoldenFiles(t *testing.T) {
 			policy: func() *Policy { p := valid(); p.Tiers[0].TolerableWaitSeconds = math.NaN(); return p },
 			want:   ValidationErrors{{Field: "tiers[0].tolerableWaitSeconds", Message: "must be a finite number > 0, got NaN"}},
 		},
+		"NaN token service rate": {
+			policy: func() *Policy { p := valid(); p.TokenServiceRate = math.NaN(); return p },
+			want:   ValidationErrors{{Field: "tokenServiceRate", Message: "must be a finite number >= 0, got NaN"}},
+		},
+		"infinite token service rate": {
+			policy: func() *Policy { p := valid(); p.TokenServiceRate = math.Inf(1); return p },
+			want:   ValidationErrors{{Field: "tokenServiceRate", Message: "must be a finite number >= 0, got +Inf"}},
+		},
 		"valid": {policy: valid},
 	}
 	for name, tc := range tests {

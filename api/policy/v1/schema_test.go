@@ -384,3 +384,135 @@ func yamlOf(t *testing.T, js string) string {
 	}
 	return b.String()
 }
+
+// fairnessPolicy is budgetPolicy with every field of revision 3 in use.
+func fairnessPolicy() Policy {
+	p := *budgetPolicy()
+	p.Version, p.Pool = 3, "ns/p"
+	p.Fairness = &Fairness{Mode: FairnessTokens, InputWeight: 1, OutputWeight: 4}
+	p.TokenServiceRate = 1756.1
+	p.Tiers = slices.Clone(p.Tiers)
+	p.Tiers[0].QueueTokenBound, p.Tiers[0].TenantQueueTokenLimit = 8780, 2195
+	p.Tenants = slices.Clone(p.Tenants)
+	p.Tenants[0].Weight = 3
+	return p
+}
+
+// clearFairness removes every field of revision 3 from p, in place.
+func clearFairness(p *Policy) {
+	p.Fairness, p.TokenServiceRate = nil, 0
+	for i := range p.Tiers {
+		p.Tiers[i].QueueTokenBound, p.Tiers[i].TenantQueueTokenLimit = 0, 0
+	}
+	for i := range p.Tenants {
+		p.Tenants[i].Weight = 0
+	}
+}
+
+// TestAtRevisionTwoAndThree: revision 3 keeps fairness and the token
+// bounds; revision 2 clears them, naming those in use in registry order,
+// and keeps the budgets of revision 2; revision 1 clears both sets.
+func TestAtRevisionTwoAndThree(t *testing.T) {
+	rev3 := []string{"fairness", "tokenServiceRate", "tiers[].queueTokenBound", "tiers[].tenantQueueTokenLimit", "tenants[].weight"}
+	tests := map[string]struct {
+		in          func(*Policy)
+		rev         int
+		want        func(*Policy)
+		wantDropped []string
+	}{
+		"revision 3 keeps everything": {rev: 3},
+		"revision 2 clears the five":  {rev: 2, want: clearFairness, wantDropped: rev3},
+		"revision 1 clears revision 2's too": {rev: 1, want: func(p *Policy) { clearFairness(p); clearBudgets(p) },
+			wantDropped: append([]string{"tokens", "tiers[].tenantLimits", "tenants[].limits"}, rev3...)},
+		"only a tenant's weight": {rev: 2, in: func(p *Policy) {
+			w := p.Tenants[0].Weight
+			clearFairness(p)
+			p.Tenants[0].Weight = w
+		}, want: clearFairness, wantDropped: rev3[4:]},
+		// A tenant limit in tokens never goes without its bound, but the
+		// registry names each field on its own.
+		"only the tiers' bounds": {rev: 2, in: func(p *Policy) {
+			b, l := p.Tiers[0].QueueTokenBound, p.Tiers[0].TenantQueueTokenLimit
+			clearFairness(p)
+			p.Tiers[0].QueueTokenBound, p.Tiers[0].TenantQueueTokenLimit = b, l
+		}, want: clearFairness, wantDropped: rev3[2:4]},
+		"fairness in Requests mode is still the field": {rev: 2, in: func(p *Policy) {
+			clearFairness(p)
+			p.Fairness = &Fairness{Mode: FairnessRequests}
+		}, want: clearFairness, wantDropped: rev3[:1]},
+		"nothing of revision 3 in use: nothing named": {rev: 2, in: clearFairness, want: clearFairness},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			p := fairnessPolicy()
+			if tc.in != nil {
+				tc.in(&p)
+			}
+			want := clonePolicy(t, p)
+			if tc.want != nil {
+				tc.want(&want)
+			}
+			want.SchemaVersion = tc.rev
+			before := clonePolicy(t, p)
+			got, dropped := p.At(tc.rev)
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("At(%d) (-want +got):\n%s", tc.rev, diff)
+			}
+			if diff := cmp.Diff(tc.wantDropped, dropped); diff != "" {
+				t.Errorf("At(%d) dropped (-want +got):\n%s", tc.rev, diff)
+			}
+			if diff := cmp.Diff(before, p); diff != "" {
+				t.Errorf("At(%d) wrote through to the caller's policy (-before +after):\n%s", tc.rev, diff)
+			}
+			if err := got.Validate(); err != nil {
+				t.Errorf("At(%d) is invalid: %v", tc.rev, err)
+			}
+		})
+	}
+	q, _ := fairnessPolicy().At(2)
+	b, err := json.Marshal(q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, field := range []string{"fairness", "tokenServiceRate", "queueTokenBound", "tenantQueueTokenLimit", `"weight"`} {
+		if strings.Contains(string(b), field) {
+			t.Errorf("At(2) encodes %s, which a revision-2 dispatcher refuses: %s", field, b)
+		}
+	}
+}
+
+// FairnessOf fills the defaults field by field; Cost weighs prompt and
+// output.
+func TestFairnessOfAndCost(t *testing.T) {
+	tests := map[string]struct {
+		in   *Fairness
+		want Fairness
+		cost int64 // of 100 prompt and 10 output tokens
+	}{
+		"absent":         {want: Fairness{Mode: FairnessRequests, InputWeight: 1, OutputWeight: 2}, cost: 120},
+		"empty":          {in: &Fairness{}, want: Fairness{Mode: FairnessRequests, InputWeight: 1, OutputWeight: 2}, cost: 120},
+		"mode only":      {in: &Fairness{Mode: FairnessTokens}, want: Fairness{Mode: FairnessTokens, InputWeight: 1, OutputWeight: 2}, cost: 120},
+		"one weight set": {in: &Fairness{OutputWeight: 5}, want: Fairness{Mode: FairnessRequests, InputWeight: 1, OutputWeight: 5}, cost: 150},
+		"both set":       {in: &Fairness{Mode: FairnessTokens, InputWeight: 1000, OutputWeight: 1000}, want: Fairness{Mode: FairnessTokens, InputWeight: 1000, OutputWeight: 1000}, cost: 110000},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			p := Policy{Fairness: tc.in}
+			got := p.FairnessOf()
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("FairnessOf (-want +got):\n%s", diff)
+			}
+			if c := got.Cost(100, 10); c != tc.cost {
+				t.Errorf("Cost(100, 10) = %d, want %d", c, tc.cost)
+			}
+		})
+	}
+	for _, tc := range []struct {
+		tn   *Tenant
+		want int
+	}{{nil, 1}, {&Tenant{}, 1}, {&Tenant{Weight: -3}, 1}, {&Tenant{Weight: 7}, 7}} {
+		if got := tc.tn.WeightOf(); got != tc.want {
+			t.Errorf("WeightOf(%+v) = %d, want %d", tc.tn, got, tc.want)
+		}
+	}
+}
