@@ -36,15 +36,15 @@ func TestCRDsAreEstablished(t *testing.T) {
 	tests := map[string]crdShape{
 		"modelpools.tiergate.dev": {
 			Kind: "ModelPool", Plural: "modelpools", ShortName: "mp",
-			Columns: []string{"DEPLOYMENT", "REPLICAS", "DESIRED", "SLOTS", "RATE", "SYNCED", "VERSION", "READY", "AGE"},
+			Columns: []string{"DEPLOYMENT", "REPLICAS", "DESIRED", "SLOTS", "RATE", "FAIRNESS", "BOUND-BY", "TOKEN-RATE", "SYNCED", "VERSION", "READY", "AGE"},
 		},
 		"servicetiers.tiergate.dev": {
 			Kind: "ServiceTier", Plural: "servicetiers", ShortName: "st",
-			Columns: []string{"POOL", "PRIORITY", "WAIT", "SHARE", "BOUND", "TENANT-LIMIT", "TENANT-TPM", "AGE"},
+			Columns: []string{"POOL", "PRIORITY", "WAIT", "SHARE", "BOUND", "TENANT-LIMIT", "TENANT-TPM", "TOKEN-BOUND", "AGE"},
 		},
 		"tenantquotas.tiergate.dev": {
 			Kind: "TenantQuota", Plural: "tenantquotas", ShortName: "tq",
-			Columns: []string{"TENANT", "TIER", "LIMIT", "RPM", "TPM", "READY", "AGE"},
+			Columns: []string{"TENANT", "TIER", "LIMIT", "RPM", "TPM", "WEIGHT", "READY", "AGE"},
 		},
 	}
 	for name, want := range tests {
