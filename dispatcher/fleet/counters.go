@@ -19,10 +19,11 @@ import (
 // views of a counter lag one another, beside the round trip.
 const DefaultCounterSync = 50 * time.Millisecond
 
-// counterTTL keeps a tier's counters for an hour after their last change,
-// so the counters of a pool or tier that went away vanish by themselves.
-// A tier idle that long starts again from zero, which VTC allows: only
-// differences between backlogged tenants matter.
+// counterTTL keeps a tier's counters for an hour after the last Sync that
+// touched or read them, so the counters of a pool or tier that went away
+// vanish by themselves. A tier no dispatcher ordered that long starts
+// again from zero, which VTC allows: only differences between backlogged
+// tenants matter.
 const counterTTL = time.Hour
 
 // ErrCountersUnavailable is wrapped by every error of Sync that comes from
@@ -36,11 +37,14 @@ var ErrCountersUnavailable = errors.New("fleet: the token counters in Redis are 
 // the sum of every dispatcher's charges and corrections. Add takes this
 // dispatcher's charges as deltas (never blocking: it only adds to a map);
 // Sync sends the deltas gathered since the last one and reads back every
-// tier's counters in one script round trip, then hands each tier's
-// counters, plus the deltas added meanwhile, to apply.
+// ordered tier's hash in one script round trip. What it hands apply for a
+// tenant is what the OTHER dispatchers charged it: the shared total minus
+// every delta this one has sent, as queue.ApplySharedCounters wants, since
+// the queue keeps its own charges in its counters already (sent or not).
 //
-// Concurrency: one mutex guards the pending deltas and the tiers; it is
-// never held across the round trip or apply. Run is one goroutine; Add
+// Concurrency: one mutex guards the pending deltas, the sent totals and
+// the tiers; it is never held across the round trip or apply. Run is one
+// goroutine, and Syncs must not overlap (Run never overlaps its own); Add
 // and SetTiers may be called from any goroutine, Add under the queue's
 // lock (it takes only its own).
 type Counters struct {
@@ -53,7 +57,8 @@ type Counters struct {
 	mu      sync.Mutex
 	keys    keys
 	tiers   []string
-	pending map[string]map[string]float64 // tier → tenant → delta
+	pending map[string]map[string]float64 // tier → tenant → delta not sent yet
+	own     map[string]map[string]float64 // tier → tenant → every delta sent
 	failing bool                          // the last Sync failed (logged once)
 }
 
@@ -63,18 +68,19 @@ type Counters struct {
 // called Sync.
 func (g *Redis) Counters(apply func(tier string, counters map[string]float64)) *Counters {
 	return &Counters{client: g.client, timeout: g.cfg.OpTimeout, clk: g.clk, log: g.log, apply: apply,
-		pending: map[string]map[string]float64{}}
+		pending: map[string]map[string]float64{}, own: map[string]map[string]float64{}}
 }
 
 // SetTiers names the pool and the tiers in Tokens fairness whose counters
-// Sync reads. A pool change forgets the pending deltas: they were the old
-// pool's.
+// Sync reads. A pool change forgets the pending and sent deltas: they
+// were the old pool's.
 func (c *Counters) SetTiers(pool string, tiers []string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	k := keysFor(pool)
 	if k.tag != c.keys.tag {
 		clear(c.pending)
+		clear(c.own)
 	}
 	c.keys = k
 	c.tiers = slices.Sorted(slices.Values(tiers))
@@ -99,14 +105,14 @@ func (c *Counters) Add(tier, tenant string, delta float64) {
 // counterKey is one tier's counters hash.
 func (k keys) counters(tier string) string { return k.tag + ":vtc:" + tier }
 
-// Sync sends the pending deltas and reads every tier's counters: one
-// round trip of countersScript. On failure the deltas it carried are
-// pending again, so none is lost or sent twice (a delta Redis applied but
-// whose answer was lost is the exception: it times out after Redis ran
-// the script, and is sent again).
+// Sync sends the pending deltas and reads every ordered tier's counters:
+// one round trip of countersScript. On failure the deltas it carried are
+// pending again, so none is lost or sent twice (except a delta Redis
+// applied whose answer was lost: it is sent again).
 func (c *Counters) Sync(ctx context.Context) error { return c.send(ctx, c.take()) }
 
-// counterBatch is what one Sync sends: the pool, the tiers it reads, the deltas.
+// counterBatch is what one Sync sends: the pool, the tiers it reads, the
+// deltas.
 type counterBatch struct {
 	keys  keys
 	tiers []string
@@ -124,32 +130,69 @@ func (c *Counters) take() counterBatch {
 
 // send runs one batch's round trip and applies its answer.
 func (c *Counters) send(ctx context.Context, b counterBatch) error {
-	k, tiers, sent := b.keys, b.tiers, b.sent
-	if k.tag == "" || (len(tiers) == 0 && len(sent) == 0) {
-		c.restore(sent)
+	if b.keys.tag == "" || (len(b.tiers) == 0 && len(b.sent) == 0) {
+		c.restore(b.sent)
 		return nil
 	}
-	keyList, argv := counterArgs(k, tiers, sent)
+	keyList, argv := counterArgs(b.keys, b.tiers, b.sent)
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 	res, err := countersScript.Run(ctx, c.client, keyList, argv...).Slice()
-	if err == nil && len(res) != len(tiers) {
-		err = fmt.Errorf("the script answered %d tiers, want %d", len(res), len(tiers))
+	if err == nil && len(res) != len(b.tiers) {
+		err = fmt.Errorf("the script answered %d tiers, want %d", len(res), len(b.tiers))
 	}
 	if err != nil {
-		c.restore(sent)
+		c.restore(b.sent)
 		c.noteFailure(err)
 		return fmt.Errorf("%w: %w", ErrCountersUnavailable, err)
 	}
 	c.noteSuccess()
-	for i, tier := range tiers {
+	others := make([]map[string]float64, len(b.tiers))
+	for i, tier := range b.tiers {
 		shared, err := parseCounters(res[i])
 		if err != nil {
 			return fmt.Errorf("%w: tier %q: %w", ErrCountersUnavailable, tier, err)
 		}
-		c.apply(tier, c.withPending(tier, shared))
+		others[i] = shared
+	}
+	c.settle(b, others)
+	for i, tier := range b.tiers {
+		c.apply(tier, others[i])
 	}
 	return nil
+}
+
+// settle adds a batch Redis applied to the sent totals and turns each
+// tier's shared totals into what the other dispatchers charged, in place.
+// A total below what this dispatcher sent means the hash expired (or was
+// lost) since: this dispatcher's share is then taken to be all of it.
+func (c *Counters) settle(b counterBatch, shared []map[string]float64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if b.keys.tag != c.keys.tag {
+		return // the pool changed meanwhile: own was cleared
+	}
+	for tier, m := range b.sent {
+		o := c.own[tier]
+		if o == nil {
+			o = map[string]float64{}
+			c.own[tier] = o
+		}
+		for tenant, d := range m {
+			o[tenant] += d
+		}
+	}
+	for i, tier := range b.tiers {
+		o := c.own[tier]
+		for tenant, total := range shared[i] {
+			mine := o[tenant]
+			if total < mine {
+				o[tenant] = total
+				mine = total
+			}
+			shared[i][tenant] = total - mine
+		}
+	}
 }
 
 // counterArgs lays out the script's input: the tiers' hashes (read back)
@@ -204,18 +247,6 @@ func (c *Counters) restore(sent map[string]map[string]float64) {
 			p[tenant] += d
 		}
 	}
-}
-
-// withPending adds to shared the deltas of tier added since Sync took the
-// ones it sent, which Redis has not seen: the queue's counters then count
-// every local charge exactly once.
-func (c *Counters) withPending(tier string, shared map[string]float64) map[string]float64 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for tenant, d := range c.pending[tier] {
-		shared[tenant] += d
-	}
-	return shared
 }
 
 func (c *Counters) noteFailure(err error) {

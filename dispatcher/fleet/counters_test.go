@@ -40,19 +40,17 @@ func (a *applied) get() map[string]map[string]float64 {
 	return a.last
 }
 
-// TestCountersShared: two dispatchers' charges add up in Redis, each reads
-// the sum back, tiers and pools are apart, a tier only written to is
-// written and not read, and the hashes expire an hour after their last
-// change.
+// TestCountersShared: two dispatchers' charges add up in Redis, and each
+// is handed what the others charged (the total minus its own sent
+// deltas); tiers and pools are apart, a tier only written to is written
+// and not read, and the hashes expire an hour after their last Sync.
 func TestCountersShared(t *testing.T) {
 	s := redistest.Start(t, redistest.Options{})
 	ctx := context.Background()
-	var a0, a1 applied
+	var a0, a1, a2 applied
 	c0 := newGate(t, s, "d0", Config{OpTimeout: 5 * time.Second}).Counters(a0.apply)
 	c1 := newGate(t, s, "d1", Config{OpTimeout: 5 * time.Second}).Counters(a1.apply)
-	other := newGate(t, s, "d2", Config{OpTimeout: 5 * time.Second})
-	var a2 applied
-	c2 := other.Counters(a2.apply)
+	c2 := newGate(t, s, "d2", Config{OpTimeout: 5 * time.Second}).Counters(a2.apply)
 	c0.SetTiers("ns/llm", []string{"standard", "free"})
 	c1.SetTiers("ns/llm", []string{"standard"})
 	c2.SetTiers("ns/other", []string{"standard"})
@@ -64,30 +62,26 @@ func TestCountersShared(t *testing.T) {
 	c1.Add("standard", "acme", 100)
 	c1.Add("standard", "wayne", 0.25)
 	c2.Add("standard", "acme", 999)
-	for i, c := range []*Counters{c0, c1, c2} {
+	for i, c := range []*Counters{c0, c1, c2, c0} {
 		if err := c.Sync(ctx); err != nil {
 			t.Fatalf("Sync %d: %v", i, err)
 		}
 	}
-	if err := c0.Sync(ctx); err != nil { // reads what c1 added
-		t.Fatal(err)
+	want := map[string]map[string]map[string]float64{
+		"d0": {"standard": {"acme": 100, "wayne": 0.25}, "free": {"globex": 0}},
+		"d1": {"standard": {"acme": 519.5, "wayne": 0}},
+		"d2": {"standard": {"acme": 0}},
 	}
-	want0 := map[string]map[string]float64{
-		"standard": {"acme": 619.5, "wayne": 0.25},
-		"free":     {"globex": 65},
-	}
-	if diff := cmp.Diff(want0, a0.get()); diff != "" {
-		t.Errorf("d0's counters (-want +got):\n%s", diff)
-	}
-	// d1 synced before d0's second sync but after its first.
-	if diff := cmp.Diff(map[string]map[string]float64{"standard": {"acme": 619.5, "wayne": 0.25}}, a1.get()); diff != "" {
-		t.Errorf("d1's counters (-want +got):\n%s", diff)
-	}
-	if diff := cmp.Diff(map[string]map[string]float64{"standard": {"acme": 999}}, a2.get()); diff != "" {
-		t.Errorf("another pool's counters (-want +got):\n%s", diff)
+	got := map[string]map[string]map[string]float64{"d0": a0.get(), "d1": a1.get(), "d2": a2.get()}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("what each was handed of the others' charges (-want +got):\n%s", diff)
 	}
 	raw := rawClient(t, s)
 	k := keysFor("ns/llm")
+	if got, err := raw.HGetAll(ctx, k.counters("standard")).Result(); err != nil ||
+		!cmp.Equal(got, map[string]string{"acme": "619.5", "wayne": "0.25"}) {
+		t.Errorf("the shared totals: %v, %v", got, err)
+	}
 	if got, err := raw.HGet(ctx, k.counters("premium"), "initech").Result(); err != nil || got != "7" {
 		t.Errorf("a tier only written to: %q, %v; want 7", got, err)
 	}
@@ -95,33 +89,62 @@ func TestCountersShared(t *testing.T) {
 	if err != nil || ttl <= counterTTL-time.Minute || ttl > counterTTL {
 		t.Errorf("counters hash TTL %v, %v; want about %v", ttl, err, counterTTL)
 	}
-}
 
-// TestCountersPendingDuringSync: a delta added while a Sync is on the
-// network is handed to the queue on top of Redis's counters and sent with
-// the next Sync: counted once locally and once in Redis.
-func TestCountersPendingDuringSync(t *testing.T) {
-	s := redistest.Start(t, redistest.Options{})
-	ctx := context.Background()
-	var a applied
-	c := newGate(t, s, "d0", Config{OpTimeout: 5 * time.Second}).Counters(a.apply)
-	c.SetTiers("ns/llm", []string{"standard"})
-	c.Add("standard", "acme", 10)
-	b := c.take()
-	c.Add("standard", "acme", 5) // lands during the round trip
-	if err := c.send(ctx, b); err != nil {
+	// The hash lost (expired): a total below what d0 sent counts as all
+	// d0's, and later charges of the others show again.
+	if err := raw.Del(ctx, k.counters("standard")).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff(map[string]map[string]float64{"standard": {"acme": 15}}, a.get()); diff != "" {
-		t.Errorf("counters applied by the Sync the delta missed (-want +got):\n%s", diff)
-	}
-	for range 2 {
+	c1.Add("standard", "acme", 30)
+	for _, c := range []*Counters{c1, c0} {
 		if err := c.Sync(ctx); err != nil {
 			t.Fatal(err)
 		}
-		if diff := cmp.Diff(map[string]map[string]float64{"standard": {"acme": 15}}, a.get()); diff != "" {
-			t.Errorf("counters after the next Syncs (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(map[string]float64{"acme": 0}, a0.get()["standard"]); diff != "" {
+		t.Errorf("d0 after the hash was lost (-want +got):\n%s", diff)
+	}
+	c1.Add("standard", "acme", 12)
+	for _, c := range []*Counters{c1, c0} {
+		if err := c.Sync(ctx); err != nil {
+			t.Fatal(err)
 		}
+	}
+	if diff := cmp.Diff(map[string]float64{"acme": 12}, a0.get()["standard"]); diff != "" {
+		t.Errorf("d0 after another charge of d1 (-want +got):\n%s", diff)
+	}
+}
+
+// TestCountersPendingDuringSync: a delta added while a Sync is on the
+// network is not in what that Sync hands over (the queue holds it) and is
+// sent with the next: counted once locally and once in Redis.
+func TestCountersPendingDuringSync(t *testing.T) {
+	s := redistest.Start(t, redistest.Options{})
+	ctx := context.Background()
+	var a0, a1 applied
+	c0 := newGate(t, s, "d0", Config{OpTimeout: 5 * time.Second}).Counters(a0.apply)
+	c1 := newGate(t, s, "d1", Config{OpTimeout: 5 * time.Second}).Counters(a1.apply)
+	c0.SetTiers("ns/llm", []string{"standard"})
+	c1.SetTiers("ns/llm", []string{"standard"})
+	c0.Add("standard", "acme", 10)
+	b := c0.take()
+	c0.Add("standard", "acme", 5) // lands during the round trip
+	if err := c0.send(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(map[string]float64{"acme": 0}, a0.get()["standard"]); diff != "" {
+		t.Errorf("d0's view of the others (-want +got):\n%s", diff)
+	}
+	for _, c := range []*Counters{c0, c1, c0} {
+		if err := c.Sync(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if diff := cmp.Diff(map[string]float64{"acme": 15}, a1.get()["standard"]); diff != "" {
+		t.Errorf("d1 sees d0's charges, each once (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(map[string]float64{"acme": 0}, a0.get()["standard"]); diff != "" {
+		t.Errorf("d0 still sees no charge of the others (-want +got):\n%s", diff)
 	}
 }
 
@@ -167,6 +190,9 @@ func TestCountersPoolChangeForgetsPending(t *testing.T) {
 	if diff := cmp.Diff(map[string]map[string]float64{"standard": {}}, a.get()); diff != "" {
 		t.Errorf("the new pool's counters (-want +got):\n%s", diff)
 	}
+	if len(c.own) != 0 {
+		t.Errorf("sent totals of the old pool kept: %v", c.own)
+	}
 }
 
 // TestCountersRun: the loop syncs at its interval only while deltas are
@@ -198,7 +224,7 @@ func TestCountersRun(t *testing.T) {
 	active.Store(true)
 	tick()
 	waitFor(t, 5*time.Second, "a sync while the queue is active", func() bool { return count() == 2 })
-	if diff := cmp.Diff(map[string]map[string]float64{"standard": {"acme": 3}}, a.get()); diff != "" {
+	if diff := cmp.Diff(map[string]map[string]float64{"standard": {"acme": 0}}, a.get()); diff != "" {
 		t.Errorf("counters (-want +got):\n%s", diff)
 	}
 	cancel()
