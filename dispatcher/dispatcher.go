@@ -25,6 +25,9 @@ type Dispatcher struct {
 	cfg   Config
 	q     *queue.Queue
 	gate  *fleet.Redis // nil in local mode
+	// counters share Tokens fairness's counters in fleet mode (nil in
+	// local mode).
+	counters *fleet.Counters
 	bal   *balancer.Balancer
 	m     *metrics.Metrics
 	srv   *server.Server
@@ -62,7 +65,9 @@ func (d *Dispatcher) build() error {
 			return err
 		}
 		d.gate = g
-		opts = append(opts, queue.WithGate(g))
+		// The queue exists once the first policy can reach the counters.
+		d.counters = g.Counters(func(tier string, others map[string]float64) { d.q.ApplySharedCounters(tier, others) })
+		opts = append(opts, queue.WithGate(g), queue.WithCounterSink(d.counters.Add))
 	}
 	d.q = queue.New(cfg.Clock, opts...)
 	m, err := metrics.New(cfg.Registry, d.levels)
@@ -116,6 +121,7 @@ func (d *Dispatcher) Apply(p *policy.Policy) (policy.Ack, error) {
 	d.bal.Update(p.Backends)
 	if d.gate != nil {
 		d.gate.ObservePolicy(p) // the pool and mode of the queue's next exchanges
+		d.counters.SetTiers(p.Pool, sharedCounterTiers(p))
 	}
 	d.q.UpdatePolicy(p)
 	d.srv.SetPolicy(p)
@@ -129,6 +135,19 @@ func (d *Dispatcher) Apply(p *policy.Policy) (policy.Ack, error) {
 	ack := policy.Ack{Version: p.Version, Stats: d.q.Stats().Measured()}
 	ack.Stats.UnknownKeyIDs = d.srv.UnknownKeyIDs()
 	return ack, nil
+}
+
+// sharedCounterTiers are the tiers whose fairness counters the fleet
+// shares: every tier in Tokens fairness with Redis shared state, else none.
+func sharedCounterTiers(p *policy.Policy) []string {
+	if p.SharedState != policy.StateRedis || p.FairnessOf().Mode != policy.FairnessTokens {
+		return nil
+	}
+	tiers := make([]string, len(p.Tiers))
+	for i, t := range p.Tiers {
+		tiers[i] = t.Name
+	}
+	return tiers
 }
 
 // Policy is the applied policy, or nil.
@@ -189,13 +208,16 @@ func (d *Dispatcher) levels() metrics.Snapshot {
 		return metrics.Snapshot{}
 	}
 	st := d.q.Stats()
+	fair := p.FairnessOf().Mode == policy.FairnessTokens
 	s := metrics.Snapshot{
 		Pool: p.Pool, Slots: st.Slots, InFlight: st.InFlight, PolicyVersion: st.PolicyVersion,
 		Tiers:    make(map[string]metrics.TierLevel, len(st.Tiers)),
 		Backends: map[string]int64{}, BackendHealth: map[string]metrics.BackendHealth{},
 	}
 	for name, t := range st.Tiers {
-		s.Tiers[name] = metrics.TierLevel{Queued: t.Queued, Bound: t.Bound, OldestAge: t.OldestAge}
+		s.Tiers[name] = metrics.TierLevel{Queued: t.Queued, Bound: t.Bound, OldestAge: t.OldestAge,
+			QueuedTokens: t.QueuedTokens, TokenBound: t.TokenBound,
+			Fair: fair, FairnessGap: t.FairnessGapTokens}
 	}
 	for _, l := range d.bal.Snapshot() {
 		s.Backends[l.Address] = l.Outstanding
@@ -230,8 +252,14 @@ func (d *Dispatcher) ListenAndServe(ctx context.Context) error {
 func (d *Dispatcher) Serve(ctx context.Context, data, adm net.Listener) error {
 	log := d.cfg.Log
 	defer d.closeGate()
+	countersCtx, stopCounters := context.WithCancel(context.Background())
+	var countersDone sync.WaitGroup
+	defer func() { stopCounters(); countersDone.Wait() }() // before closeGate
 	if d.gate != nil {
 		d.gate.Start(d.q.Kick)
+		countersDone.Go(func() {
+			d.counters.Run(countersCtx, fleet.DefaultCounterSync, func() bool { return d.q.Stats().Queued > 0 })
+		})
 	}
 	if d.cfg.PolicyFile != "" {
 		if err := d.loadFile(nil); err != nil {

@@ -221,3 +221,33 @@ for i = 2, #KEYS do
 end
 return {redis.call('ZRANGE', KEYS[1], 0, -1), missing}
 `)
+
+// countersScript adds a dispatcher's deltas to the pool's virtual token
+// counters and reads back the tiers it orders; every hash it touches or
+// reads lives counterTTL from then (PEXPIRE on an absent hash is a no-op).
+//
+//	KEYS: the counters hashes of the tiers read, then those only written
+//	ARGV: number of hashes read, ttlMs, then triples of (1-based key
+//	index, tenant, delta)
+//	returns one HGETALL reply per hash read.
+var countersScript = redis.NewScript(`
+local nread = tonumber(ARGV[1])
+local ttl = tonumber(ARGV[2])
+local touched = {}
+for i = 3, #ARGV, 3 do
+  local k = KEYS[tonumber(ARGV[i])]
+  redis.call('HINCRBYFLOAT', k, ARGV[i + 1], ARGV[i + 2])
+  touched[k] = true
+end
+for i = 1, nread do
+  touched[KEYS[i]] = true
+end
+for k in pairs(touched) do
+  redis.call('PEXPIRE', k, ttl)
+end
+local out = {}
+for i = 1, nread do
+  out[i] = redis.call('HGETALL', KEYS[i])
+end
+return out
+`)

@@ -8,7 +8,9 @@
 //   - levels read at scrape time from a Snapshot function (queue_length,
 //     queue_bound, oldest_queued_age_seconds, inflight, slots, utilisation,
 //     backend_inflight, policy_version, queued_body_bytes,
-//     queued_body_budget_bytes and bytes_per_token), so they are never
+//     queued_body_budget_bytes, bytes_per_token, and, where a tier uses
+//     them, queue_tokens, queue_token_bound, fairness_gap_tokens and
+//     fairness_gap_bound_tokens), so they are never
 //     stale and a tier or backend that went away simply stops appearing.
 //
 // SetTiers deletes the event series of tiers (and of a pool) that the

@@ -24,6 +24,17 @@ const (
 type TierLevel struct {
 	Queued, Bound int
 	OldestAge     time.Duration
+	// QueuedTokens is the weighted tokens the tier's queued requests
+	// reserve; TokenBound its queue's bound in them, 0 when the tier is
+	// bounded in requests (then neither gauge is reported).
+	QueuedTokens, TokenBound int64
+	// Fair says the tier orders its tenants by their token counters
+	// (Tokens fairness): only then are FairnessGap, the largest
+	// difference in counters between its backlogged tenants, and
+	// FairnessGapBound, the most that difference can be (see
+	// docs/scheduling.md), reported.
+	Fair                          bool
+	FairnessGap, FairnessGapBound float64
 }
 
 // Snapshot is the state the level metrics report. Pool == "" means no
@@ -66,6 +77,7 @@ type Metrics struct {
 	queueLength, queueBound, oldestAge, inflight, slots, utilisation, backendInflight, policyVersion *prometheus.Desc
 	backendEjected, backendEjections                                                                 *prometheus.Desc
 	bodyBytes, bodyBudget, bytesPerToken                                                             *prometheus.Desc
+	queueTokens, queueTokenBound, fairnessGap, fairnessGapBound                                      *prometheus.Desc
 
 	mu    sync.Mutex
 	pool  string
@@ -120,8 +132,14 @@ func New(reg prometheus.Registerer, snapshot func() Snapshot) (*Metrics, error) 
 			"1 while passive health checking keeps the backend out of service (ejected, or waiting for its probe), else 0.", []string{"pool", "backend"}, nil),
 		backendEjections: prometheus.NewDesc("tiergate_backend_ejections_total",
 			"Times the backend was ejected for failing requests in a row.", []string{"pool", "backend"}, nil),
-		bodyBytes:  prometheus.NewDesc("tiergate_queued_body_bytes", "Bytes of the request bodies being read or queued, charged to --max-queued-bytes.", []string{"pool"}, nil),
-		bodyBudget: prometheus.NewDesc("tiergate_queued_body_budget_bytes", "The budget of queued request bodies (--max-queued-bytes); past it requests get 503 overloaded.", []string{"pool"}, nil),
+		bodyBytes:       prometheus.NewDesc("tiergate_queued_body_bytes", "Bytes of the request bodies being read or queued, charged to --max-queued-bytes.", []string{"pool"}, nil),
+		bodyBudget:      prometheus.NewDesc("tiergate_queued_body_budget_bytes", "The budget of queued request bodies (--max-queued-bytes); past it requests get 503 overloaded.", []string{"pool"}, nil),
+		queueTokens:     prometheus.NewDesc("tiergate_queue_tokens", "Weighted tokens the tier's queued requests reserve, when the tier is bounded in tokens.", pt, nil),
+		queueTokenBound: prometheus.NewDesc("tiergate_queue_token_bound", "Queue bound of the tier in weighted tokens (this dispatcher's share), when it is bounded in tokens.", pt, nil),
+		fairnessGap: prometheus.NewDesc("tiergate_fairness_gap_tokens",
+			"Largest difference in virtual token counters between the tier's backlogged tenants (weighted tokens / weight), in Tokens fairness.", pt, nil),
+		fairnessGapBound: prometheus.NewDesc("tiergate_fairness_gap_bound_tokens",
+			"The most tiergate_fairness_gap_tokens can be while the tenants stay backlogged, as Tokens fairness promises.", pt, nil),
 		bytesPerToken: prometheus.NewDesc("tiergate_bytes_per_token",
 			"Prompt bytes per token the pool's estimate uses, learned from the answers' usage.prompt_tokens.", []string{"pool"}, nil),
 	}
@@ -219,7 +237,7 @@ type levels struct{ m *Metrics }
 
 func (l levels) Describe(ch chan<- *prometheus.Desc) {
 	m := l.m
-	for _, d := range []*prometheus.Desc{m.queueLength, m.queueBound, m.oldestAge, m.inflight, m.slots, m.utilisation, m.backendInflight, m.policyVersion, m.backendEjected, m.backendEjections, m.bodyBytes, m.bodyBudget, m.bytesPerToken} {
+	for _, d := range []*prometheus.Desc{m.queueLength, m.queueBound, m.oldestAge, m.inflight, m.slots, m.utilisation, m.backendInflight, m.policyVersion, m.backendEjected, m.backendEjections, m.bodyBytes, m.bodyBudget, m.bytesPerToken, m.queueTokens, m.queueTokenBound, m.fairnessGap, m.fairnessGapBound} {
 		ch <- d
 	}
 }
@@ -237,6 +255,14 @@ func (l levels) Collect(ch chan<- prometheus.Metric) {
 		gauge(m.queueLength, float64(t.Queued), s.Pool, tier)
 		gauge(m.queueBound, float64(t.Bound), s.Pool, tier)
 		gauge(m.oldestAge, t.OldestAge.Seconds(), s.Pool, tier)
+		if t.TokenBound > 0 {
+			gauge(m.queueTokens, float64(t.QueuedTokens), s.Pool, tier)
+			gauge(m.queueTokenBound, float64(t.TokenBound), s.Pool, tier)
+		}
+		if t.Fair {
+			gauge(m.fairnessGap, t.FairnessGap, s.Pool, tier)
+			gauge(m.fairnessGapBound, t.FairnessGapBound, s.Pool, tier)
+		}
 	}
 	gauge(m.inflight, float64(s.InFlight), s.Pool)
 	gauge(m.slots, float64(s.Slots), s.Pool)

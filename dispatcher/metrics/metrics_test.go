@@ -30,8 +30,9 @@ func TestLevels(t *testing.T) {
 			snap: Snapshot{
 				Pool: "default/llm", Slots: 4, InFlight: 3, PolicyVersion: 7,
 				Tiers: map[string]TierLevel{
-					"premium": {Queued: 2, Bound: 20, OldestAge: 1500 * time.Millisecond},
-					"free":    {Queued: 0, Bound: 240},
+					"premium": {Queued: 2, Bound: 20, OldestAge: 1500 * time.Millisecond,
+						QueuedTokens: 5200, TokenBound: 90000, Fair: true, FairnessGap: 812.5, FairnessGapBound: 8400},
+					"free": {Queued: 0, Bound: 240},
 				},
 				Backends:      map[string]int64{"10.0.0.7:8000": 2, "10.0.0.8:8000": 1},
 				BackendHealth: map[string]BackendHealth{"10.0.0.7:8000": {Ejections: 2}, "10.0.0.8:8000": {Ejected: true, Ejections: 3}},
@@ -54,6 +55,12 @@ tiergate_backend_inflight{backend="10.0.0.8:8000",pool="default/llm"} 1
 # HELP tiergate_bytes_per_token Prompt bytes per token the pool's estimate uses, learned from the answers' usage.prompt_tokens.
 # TYPE tiergate_bytes_per_token gauge
 tiergate_bytes_per_token{pool="default/llm"} 3.25
+# HELP tiergate_fairness_gap_bound_tokens The most tiergate_fairness_gap_tokens can be while the tenants stay backlogged, as Tokens fairness promises.
+# TYPE tiergate_fairness_gap_bound_tokens gauge
+tiergate_fairness_gap_bound_tokens{pool="default/llm",tier="premium"} 8400
+# HELP tiergate_fairness_gap_tokens Largest difference in virtual token counters between the tier's backlogged tenants (weighted tokens / weight), in Tokens fairness.
+# TYPE tiergate_fairness_gap_tokens gauge
+tiergate_fairness_gap_tokens{pool="default/llm",tier="premium"} 812.5
 # HELP tiergate_inflight Requests holding a slot now.
 # TYPE tiergate_inflight gauge
 tiergate_inflight{pool="default/llm"} 3
@@ -72,6 +79,12 @@ tiergate_queue_bound{pool="default/llm",tier="premium"} 20
 # TYPE tiergate_queue_length gauge
 tiergate_queue_length{pool="default/llm",tier="free"} 0
 tiergate_queue_length{pool="default/llm",tier="premium"} 2
+# HELP tiergate_queue_token_bound Queue bound of the tier in weighted tokens (this dispatcher's share), when it is bounded in tokens.
+# TYPE tiergate_queue_token_bound gauge
+tiergate_queue_token_bound{pool="default/llm",tier="premium"} 90000
+# HELP tiergate_queue_tokens Weighted tokens the tier's queued requests reserve, when the tier is bounded in tokens.
+# TYPE tiergate_queue_tokens gauge
+tiergate_queue_tokens{pool="default/llm",tier="premium"} 5200
 # HELP tiergate_queued_body_budget_bytes The budget of queued request bodies (--max-queued-bytes); past it requests get 503 overloaded.
 # TYPE tiergate_queued_body_budget_bytes gauge
 tiergate_queued_body_budget_bytes{pool="default/llm"} 1.34217728e+08

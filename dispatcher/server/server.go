@@ -235,10 +235,11 @@ func (s *Server) serve(x *exchange, r *http.Request) outcome {
 // request is dispatched: from then on it is in flight, where the slots
 // bound how many bodies are held.
 func (s *Server) queueAndForward(x *exchange, r *http.Request, st *state, who identity.Identity, body []byte, charge *budget.Charge) outcome {
-	h, err := s.q.Admit(who.Tenant, who.Tier)
+	h, err := s.q.AdmitCost(who.Tenant, who.Tier, queue.Cost{Prompt: x.tok.cost.Prompt, Output: x.tok.cost.Output})
 	if err != nil {
 		return refused(apierror.FromQueue(err, who.Tenant, who.Tier, st.tierWait[who.Tier], st.clientTimeout))
 	}
+	x.tok.queued = h
 	who.Tier, x.tier = h.Tier(), h.Tier()
 	if err := h.Wait(r.Context()); err != nil {
 		if r.Context().Err() != nil && errors.Is(err, r.Context().Err()) {

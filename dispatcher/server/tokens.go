@@ -7,6 +7,7 @@ import (
 	policy "github.com/tiergate/tiergate/api/policy/v1"
 	"github.com/tiergate/tiergate/dispatcher/apierror"
 	"github.com/tiergate/tiergate/dispatcher/identity"
+	"github.com/tiergate/tiergate/dispatcher/queue"
 	"github.com/tiergate/tiergate/dispatcher/tokens"
 )
 
@@ -27,6 +28,9 @@ type tokenReq struct {
 	// what it used rather than refunded.
 	reached bool
 	meter   *tokens.Meter // of a 2xx answer, set as its head goes out
+	// queued is the request's queue handle once admitted: settleTokens
+	// corrects its tenant's fairness counter from what it used.
+	queued *queue.Handle
 	// spare is the Meter kept with the pooled exchange, Reset for each
 	// answer (it keeps only small buffers).
 	spare *tokens.Meter
@@ -129,8 +133,16 @@ func (s *Server) settleTokens(x *exchange, r *http.Request) {
 	}
 	t.open = false
 	set := tokens.Settlement{Reserved: t.cost.Reservation(), RefundRequest: !t.reached}
+	var prompt, completion int64
 	if t.reached {
-		set.Used = s.used(x)
+		prompt, completion = s.used(x)
+		set.Used = prompt + completion
+	}
+	if t.queued != nil {
+		// A request that never reached a backend used nothing, so its
+		// tenant's counter gives back what its dispatch charged.
+		t.queued.Settle(prompt, completion)
+		t.queued = nil
 	}
 	if !t.budget {
 		return
@@ -148,8 +160,9 @@ func (s *Server) settleTokens(x *exchange, r *http.Request) {
 // 2xx answer (its usage, else the prompt estimate and the content chunks
 // streamed) or, for any other end, the prompt estimate. It counts
 // tokens_total and, from a reported usage, teaches the pool's Ratio and
-// observes how far the estimate was off.
-func (s *Server) used(x *exchange) int64 {
+// observes how far the estimate was off. It returns prompt and completion
+// tokens.
+func (s *Server) used(x *exchange) (int64, int64) {
 	t := &x.tok
 	prompt, completion, fromUsage := t.cost.Prompt, int64(0), false
 	if t.meter != nil {
@@ -164,7 +177,7 @@ func (s *Server) used(x *exchange) int64 {
 		se.ObserveEstimateError(float64(t.cost.Prompt) / float64(prompt))
 		s.ratio.Observe(t.cost.PromptBytes, prompt)
 	}
-	return prompt + completion
+	return prompt, completion
 }
 
 // head is called once, as the final head of an answer goes out (a

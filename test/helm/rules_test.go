@@ -247,7 +247,8 @@ func exported(t *testing.T) map[string]map[string]bool {
 	m, err := metrics.New(reg, func() metrics.Snapshot {
 		return metrics.Snapshot{
 			Pool: "ns/llm", Slots: 4, InFlight: 2, PolicyVersion: 1,
-			Tiers:    map[string]metrics.TierLevel{"premium": {Queued: 1, Bound: 5, OldestAge: time.Second}},
+			Tiers: map[string]metrics.TierLevel{"premium": {Queued: 1, Bound: 5, OldestAge: time.Second,
+				QueuedTokens: 10, TokenBound: 100, Fair: true, FairnessGap: 1, FairnessGapBound: 2}},
 			Backends: map[string]int64{"127.0.0.1:8000": 1},
 		}
 	})
@@ -420,12 +421,13 @@ func TestDashboard(t *testing.T) {
 			}
 		}
 		required := map[string]*regexp.Regexp{
-			"queue wait p50 per tier":  regexp.MustCompile(`histogram_quantile\(0\.5, sum by \(tier, le\) \(rate\(tiergate_queue_wait_seconds_bucket`),
-			"queue wait p95 per tier":  regexp.MustCompile(`histogram_quantile\(0\.95, sum by \(tier, le\) \(rate\(tiergate_queue_wait_seconds_bucket`),
-			"oldest queued age":        regexp.MustCompile(`max by \(tier\) \(tiergate_oldest_queued_age_seconds`),
-			"refusals by cause":        regexp.MustCompile(`sum by \(cause\) \(rate\(tiergate_rejections_total`),
-			"utilisation":              regexp.MustCompile(`tiergate_utilisation`),
-			"pool and namespace scope": regexp.MustCompile(`namespace=~"\$namespace",pool=~"\$pool"`),
+			"queue wait p50 per tier":        regexp.MustCompile(`histogram_quantile\(0\.5, sum by \(tier, le\) \(rate\(tiergate_queue_wait_seconds_bucket`),
+			"queue wait p95 per tier":        regexp.MustCompile(`histogram_quantile\(0\.95, sum by \(tier, le\) \(rate\(tiergate_queue_wait_seconds_bucket`),
+			"oldest queued age":              regexp.MustCompile(`max by \(tier\) \(tiergate_oldest_queued_age_seconds`),
+			"refusals by cause":              regexp.MustCompile(`sum by \(cause\) \(rate\(tiergate_rejections_total`),
+			"utilisation":                    regexp.MustCompile(`tiergate_utilisation`),
+			"fairness gap against its bound": regexp.MustCompile(`max by \(tier\) \(tiergate_fairness_gap(_bound)?_tokens`),
+			"pool and namespace scope":       regexp.MustCompile(`namespace=~"\$namespace",pool=~"\$pool"`),
 		}
 		for what, re := range required {
 			if !slices.ContainsFunc(exprs, re.MatchString) {
