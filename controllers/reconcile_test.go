@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -394,11 +395,11 @@ func TestPoolReconcile(t *testing.T) {
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
-			writes := 0
+			var writes atomic.Int64 // the tiers' and quotas' writes run in parallel
 			funcs := tc.funcs
 			patch := funcs.SubResourcePatch
 			funcs.SubResourcePatch = func(ctx context.Context, c client.Client, sub string, obj client.Object, p client.Patch, opts ...client.SubResourcePatchOption) error {
-				writes++
+				writes.Add(1)
 				if patch != nil {
 					return patch(ctx, c, sub, obj, p, opts...)
 				}
@@ -416,9 +417,9 @@ func TestPoolReconcile(t *testing.T) {
 				}
 				p := &fakePusher{states: s.states}
 				r.Pusher = p
-				writes = 0
+				writes.Store(0)
 				res, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: seedKey})
-				got := observeOutcome(ctx, t, c, p, rec, err, writes)
+				got := observeOutcome(ctx, t, c, p, rec, err, int(writes.Load()))
 				if err == nil && res.RequeueAfter == conflictRequeue {
 					got.Err = "requeued"
 				}
