@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -53,7 +54,7 @@ type budgetHarness struct {
 	c           client.Client
 	r           *PoolReconciler
 	rec         *events.FakeRecorder
-	quotaWrites int
+	quotaWrites atomic.Int64 // the quotas' status writes run in parallel
 	last        *fakePusher
 }
 
@@ -61,7 +62,7 @@ func newBudgetHarness(t *testing.T, objs []client.Object) *budgetHarness {
 	h := &budgetHarness{t: t, rec: events.NewFakeRecorder(50)}
 	h.c = newFakeClient(t, objs, interceptor.Funcs{SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, p client.Patch, opts ...client.SubResourcePatchOption) error {
 		if _, ok := obj.(*v1alpha1.TenantQuota); ok {
-			h.quotaWrites++
+			h.quotaWrites.Add(1)
 		}
 		return c.Status().Patch(ctx, obj, p, opts...)
 	}})
@@ -74,13 +75,13 @@ func newBudgetHarness(t *testing.T, objs []client.Object) *budgetHarness {
 func (h *budgetHarness) reconcile(states []PodState) budgetOutcome {
 	h.t.Helper()
 	ctx := context.Background()
-	h.quotaWrites = 0
+	h.quotaWrites.Store(0)
 	h.last = &fakePusher{states: states}
 	h.r.Pusher = h.last
 	if _, err := h.r.Reconcile(ctx, ctrl.Request{NamespacedName: seedKey}); err != nil {
 		h.t.Fatal(err)
 	}
-	got := budgetOutcome{Pushed: map[string][2]*policy.Limits{}, QuotaWrites: h.quotaWrites}
+	got := budgetOutcome{Pushed: map[string][2]*policy.Limits{}, QuotaWrites: int(h.quotaWrites.Load())}
 	for _, tg := range h.last.pushed {
 		got.Version = tg.Policy.Version
 		got.Pushed[tg.Name] = [2]*policy.Limits{tg.Policy.Tiers[0].TenantLimits, tg.Policy.Tenants[0].Limits}

@@ -86,6 +86,16 @@ func TestReconcileExportsTierMaxWait(t *testing.T) {
 		must(c.Status().Update(ctx, dep))
 	}
 	setReady(6)
+	// Six Ready model pods: the bounds count the Ready pods listed, at
+	// most the Deployment's readyReplicas, which setReady then moves.
+	for i := range 6 {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("llm-%d", i), Labels: labels},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "vllm", Image: "vllm"}}}}
+		must(c.Create(ctx, p))
+		p.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: fmt.Sprintf("10.0.0.%d", i+1),
+			Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}
+		must(c.Status().Update(ctx, p))
+	}
 	must(c.Create(ctx, &v1alpha1.ModelPool{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "llm"},
 		Spec: v1alpha1.ModelPoolSpec{

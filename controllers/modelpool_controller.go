@@ -97,12 +97,13 @@ func (r *PoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	if !pool.DeletionTimestamp.IsZero() {
 		return ctrl.Result{}, r.forget(ctx, req.NamespacedName, stamp)
 	}
+	mem := r.memory(req.NamespacedName)
+	mem.status.freshen(&pool)
 	capacity.ApplyDefaults(&pool.Spec)
 	obs, err := r.observe(ctx, &pool)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	mem := r.memory(req.NamespacedName)
 	r.assessDispatchers(&pool, obs, mem, now)
 	states := r.Pusher.States(req.NamespacedName)
 	c, err := r.compute(&pool, obs, states)
@@ -116,8 +117,8 @@ func (r *PoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	c.skewWarning = want.skewWarning
 	// The version is persisted before any dispatcher sees it, so a
 	// restarted controller never reuses or lowers a version.
-	if err := r.writePoolStatus(ctx, &pool, want.status, c); err != nil {
-		return ctrl.Result{}, err
+	if err := r.writePoolStatus(ctx, &pool, want.status, c, &mem.status); err != nil {
+		return statusWriteFailed(ctx, err)
 	}
 	mem.contentHash, mem.version = want.hash, want.version
 	mem.maxWaitTiers = exportPoolMetrics(req.String(), mem.maxWaitTiers, c.bounds, c.demand)
@@ -388,6 +389,8 @@ type poolMemory struct {
 	// decisions is next due (zero: none).
 	health     healthMemory
 	healthNext time.Time
+	// status is the pool's last status write (statuswrite.go).
+	status statusMemory
 }
 
 func (r *PoolReconciler) memory(key types.NamespacedName) *poolMemory {

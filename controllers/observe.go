@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"math"
 	"net"
 	"sort"
 	"strconv"
@@ -66,11 +67,18 @@ func (r *PoolReconciler) observe(ctx context.Context, pool *v1alpha1.ModelPool) 
 	return obs, nil
 }
 
-// boundsInput is what ComputeBounds needs of the observations.
+// boundsInput is what ComputeBounds needs of the observations. The ready
+// replicas R are the backends listed, at most the Deployment's
+// status.readyReplicas: the slots and the backends of a policy then come
+// from the same list of pods, so no policy has more slots than its
+// backends serve. The Deployment's count lags its pods (30-220 ms on a
+// real cluster): it still counts a pod whose deletion began, which the
+// list has dropped, and it does not count yet one that just turned Ready,
+// which then waits for it (the safe side).
 func (obs *observed) boundsInput(pool *v1alpha1.ModelPool, serviceTime time.Duration) capacity.BoundsInput {
 	var ready int32
 	if obs.deployment != nil {
-		ready = obs.deployment.Status.ReadyReplicas
+		ready = min(obs.deployment.Status.ReadyReplicas, int32(min(len(obs.backends), math.MaxInt32)))
 	} else if pool.Spec.ColdStart != nil {
 		// Without the Deployment no first replica is coming: refuse, as
 		// without a cold start, instead of holding requests for nothing.
@@ -152,7 +160,9 @@ func (r *PoolReconciler) readAPIKeys(ctx context.Context, ns string, obs *observ
 	return nil
 }
 
-// backends are the Ready pods the Deployment selects, by address.
+// backends are the Ready pods the Deployment selects that are neither
+// terminating nor finished, by address; pods of every ReplicaSet count
+// (during a rolling update the old and the new serve alike).
 func (r *PoolReconciler) backends(ctx context.Context, pool *v1alpha1.ModelPool, dep *appsv1.Deployment) ([]policy.Backend, error) {
 	if dep == nil || dep.Spec.Selector == nil {
 		return nil, nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -109,7 +110,7 @@ func newFakeClient(t *testing.T, objs []client.Object, funcs interceptor.Funcs) 
 
 // outcome is what one reconcile leaves behind, in the terms of the API.
 type outcome struct {
-	Err string // "", "conflict", "terminal" or the error
+	Err string // "", "conflict", "terminal", "requeued" (a quiet retry) or the error
 	// Pool is the pool's status: version, P and the Ready reason; zero
 	// when the pool does not exist.
 	Pool   poolRow
@@ -302,20 +303,42 @@ func TestPoolReconcile(t *testing.T) {
 				}(),
 			}},
 		},
-		"status conflict: the error is returned, nothing is pushed, the retry writes and pushes version 1": {
+		"status conflict: requeued without an error, nothing is pushed, the retry writes and pushes version 1": {
 			objs:  seedWorld(),
 			funcs: conflictOnce(),
 			steps: []step{
-				{want: outcome{Err: "conflict", Tiers: map[string]tierStatusRow{"premium": {}, "standard": {}, "free": {}},
+				{want: outcome{Err: "requeued", Tiers: map[string]tierStatusRow{"premium": {}, "standard": {}, "free": {}},
 					Quotas: map[string]string{"acme": ""}, StatusWrites: 1}},
 				{want: func() outcome { o := first; o.StatusWrites = 5; return o }()},
 			},
 		},
-		"a stale cache: the store refuses the write, keeps the newer status, and nothing is pushed": {
+		"a cache behind the controller's own write: the reconcile starts from that write, so nothing is written and version 1 stays": {
 			objs:  seedWorld(),
 			funcs: staleCache(),
 			steps: []step{{want: first}, {
-				want: outcome{Err: "conflict", Pool: poolRow{1, 24, "PoolReady"}, Tiers: seedTiers, Quotas: map[string]string{"acme": "Active"}, StatusWrites: 1},
+				want: outcome{Pool: poolRow{1, 24, "PoolReady"}, Synced: true, Pushed: twoDispatchers(1, 12, 10, 40, 60),
+					Tiers: seedTiers, Quotas: map[string]string{"acme": "Active"}},
+			}},
+		},
+		"a cache behind someone else's write: the store refuses the write, keeps its status, nothing is pushed, and the retry is quiet": {
+			objs:  seedWorld(),
+			funcs: staleCache(),
+			steps: []step{{want: first}, {
+				change: func(ctx context.Context, c client.Client) error {
+					// Another writer moves the pool on past the controller's
+					// write, and a model pod goes, so there is a status to write.
+					var pools v1alpha1.ModelPoolList
+					if err := c.List(ctx, &pools); err != nil {
+						return err
+					}
+					pool := pools.Items[0]
+					pool.Labels = map[string]string{"moved": "on"}
+					if err := c.Update(ctx, &pool); err != nil {
+						return err
+					}
+					return c.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: seed.Namespace, Name: "vllm-5"}})
+				},
+				want: outcome{Err: "requeued", Pool: poolRow{1, 24, "PoolReady"}, Tiers: seedTiers, Quotas: map[string]string{"acme": "Active"}, StatusWrites: 1},
 			}},
 		},
 		"deleted Deployment: 0 slots pushed under a new version, bounds 0": {
@@ -372,11 +395,11 @@ func TestPoolReconcile(t *testing.T) {
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
-			writes := 0
+			var writes atomic.Int64 // the tiers' and quotas' writes run in parallel
 			funcs := tc.funcs
 			patch := funcs.SubResourcePatch
 			funcs.SubResourcePatch = func(ctx context.Context, c client.Client, sub string, obj client.Object, p client.Patch, opts ...client.SubResourcePatchOption) error {
-				writes++
+				writes.Add(1)
 				if patch != nil {
 					return patch(ctx, c, sub, obj, p, opts...)
 				}
@@ -394,9 +417,12 @@ func TestPoolReconcile(t *testing.T) {
 				}
 				p := &fakePusher{states: s.states}
 				r.Pusher = p
-				writes = 0
-				_, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: seedKey})
-				got := observeOutcome(ctx, t, c, p, rec, err, writes)
+				writes.Store(0)
+				res, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: seedKey})
+				got := observeOutcome(ctx, t, c, p, rec, err, int(writes.Load()))
+				if err == nil && res.RequeueAfter == conflictRequeue {
+					got.Err = "requeued"
+				}
 				if diff := cmp.Diff(s.want, got, cmpopts.EquateEmpty()); diff != "" {
 					t.Errorf("step %d (-want +got):\n%s", i, diff)
 				}

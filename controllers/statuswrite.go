@@ -3,13 +3,19 @@ package controllers
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/tiergate/tiergate/api/v1alpha1"
 	"github.com/tiergate/tiergate/capacity"
@@ -59,16 +65,79 @@ func patchStatus[S any](ctx context.Context, c client.Client, obj client.Object,
 }
 
 // writePoolStatus writes the pool's status when it changed and records the
-// events of the change. A Conflict is returned, so the pool is reconciled
-// again from the fresh object and nothing of this reconcile is pushed.
-func (r *PoolReconciler) writePoolStatus(ctx context.Context, pool *v1alpha1.ModelPool, st v1alpha1.ModelPoolStatus, c computed) error {
+// events of the change and the write in mem. A Conflict is returned, so
+// nothing of this reconcile is pushed (see statusWriteFailed).
+func (r *PoolReconciler) writePoolStatus(ctx context.Context, pool *v1alpha1.ModelPool, st v1alpha1.ModelPoolStatus, c computed, mem *statusMemory) error {
 	old := *pool.Status.DeepCopy()
+	readAt := pool.ResourceVersion
 	wrote, err := patchStatus(ctx, r.Client, pool, &pool.Status, st, optimisticLock)
 	if err != nil || !wrote {
 		return err
 	}
+	mem.wrote(readAt, pool) // the Patch left the API server's answer in pool
 	r.poolEvents(pool, old, st, c)
 	return nil
+}
+
+// conflictRequeue is when a pool whose status write met a Conflict is
+// reconciled again, unless the write that caused it (whose watch event
+// queues the pool at once) brings it back sooner.
+const conflictRequeue = 50 * time.Millisecond
+
+// statusWriteFailed is the result of a reconcile whose pool status write
+// failed. A Conflict is the optimistic lock doing its job (the pool
+// changed since it was read): the pool is reconciled again from the fresh
+// object, quietly. Any other error is returned, which controller-runtime
+// logs and backs off.
+func statusWriteFailed(ctx context.Context, err error) (ctrl.Result, error) {
+	if !apierrors.IsConflict(err) {
+		return ctrl.Result{}, err
+	}
+	log.FromContext(ctx).V(1).Info("the pool changed since it was read; reconciling it again", "reason", err.Error())
+	return ctrl.Result{RequeueAfter: conflictRequeue}, nil
+}
+
+// maxSuperseded bounds statusMemory.superseded: a cache that lags further
+// behind the controller's own writes is read as it is (a conflict then
+// retries).
+const maxSuperseded = 16
+
+// statusMemory lets a reconcile start from the pool as the controller last
+// wrote it when the cache still holds a version that write replaced: the
+// cache's watch lags the controller's own writes by a few milliseconds,
+// and a write from that stale copy would only meet a Conflict. The
+// resourceVersions are compared for equality only, never ordered.
+type statusMemory struct {
+	// superseded are the resourceVersions the writes since the cache was
+	// last seen current replaced.
+	superseded map[string]bool
+	// written is the pool the last write returned.
+	written *v1alpha1.ModelPool
+}
+
+// wrote records a status write from the pool read at readAt, which
+// returned pool.
+func (m *statusMemory) wrote(readAt string, pool *v1alpha1.ModelPool) {
+	if m.superseded == nil || len(m.superseded) >= maxSuperseded {
+		m.superseded = map[string]bool{}
+	}
+	m.superseded[readAt] = true
+	m.written = pool.DeepCopy()
+}
+
+// freshen replaces a cached pool that one of the remembered writes
+// replaced by the last write's pool. A pool at any other version (the
+// cache caught up, or someone else changed it) is kept, and the memory
+// is cleared.
+func (m *statusMemory) freshen(pool *v1alpha1.ModelPool) {
+	if m.written == nil {
+		return
+	}
+	if m.superseded[pool.ResourceVersion] && pool.UID == m.written.UID {
+		m.written.DeepCopyInto(pool)
+		return
+	}
+	m.superseded, m.written = nil, nil
 }
 
 // poolEvents records the changes people care about.
@@ -151,12 +220,16 @@ func (r *PoolReconciler) writeTierStatus(ctx context.Context, pool *v1alpha1.Mod
 	}
 	before := map[string]int32{}
 	for i := range obs.tiers {
+		before[obs.tiers[i].Name] = obs.tiers[i].Status.QueueBound
+	}
+	err := inParallel(len(obs.tiers), func(i int) error {
 		t := &obs.tiers[i]
-		before[t.Name] = t.Status.QueueBound
 		st := desiredTierStatus(t.Status, t.Generation, byName[t.Name], bounds.Pool, stamp)
-		if _, err := patchStatus(ctx, r.Client, t, &t.Status, st, lastWriteWins); client.IgnoreNotFound(err) != nil {
-			return err
-		}
+		_, err := patchStatus(ctx, r.Client, t, &t.Status, st, lastWriteWins)
+		return client.IgnoreNotFound(err)
+	})
+	if err != nil {
+		return err
 	}
 	if msg := boundChanges(before, bounds.Tiers); msg != "" && r.Recorder != nil {
 		r.Recorder.Eventf(pool, nil, corev1.EventTypeNormal, "ScaledBounds", "ComputeBounds", "%s", msg)
@@ -171,7 +244,7 @@ func (r *PoolReconciler) writeQuotaStatus(ctx context.Context, pool *v1alpha1.Mo
 	for _, tb := range bounds.Tenants {
 		byQuota[tb.QuotaName] = tb
 	}
-	for i := range obs.quotas {
+	return inParallel(len(obs.quotas), func(i int) error {
 		q := &obs.quotas[i]
 		ss := obs.secretState[q.Name]
 		st := desiredQuotaStatus(q.Status, quotaView{
@@ -186,9 +259,30 @@ func (r *PoolReconciler) writeQuotaStatus(ctx context.Context, pool *v1alpha1.Mo
 			OwnLimits:        q.Spec.Limits,
 			SharedState:      pool.Spec.SharedState,
 		}, stamp)
-		if _, err := patchStatus(ctx, r.Client, q, &q.Status, st, lastWriteWins); client.IgnoreNotFound(err) != nil {
-			return err
-		}
+		_, err := patchStatus(ctx, r.Client, q, &q.Status, st, lastWriteWins)
+		return client.IgnoreNotFound(err)
+	})
+}
+
+// statusWriters bounds the tier and quota status writes in flight at once.
+const statusWriters = 8
+
+// inParallel runs f(0) … f(n-1), at most statusWriters at a time, and
+// joins their errors. The tiers' and quotas' status writes go out
+// together rather than one after another: the pool's next reconcile (the
+// next push) waits for them, and one after another they took as long as
+// all the writes' round trips (tens of milliseconds with a few quotas).
+func inParallel(n int, f func(i int) error) error {
+	errs := make([]error, n)
+	sem := make(chan struct{}, statusWriters)
+	var wg sync.WaitGroup
+	for i := range n {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			errs[i] = f(i)
+		})
 	}
-	return nil
+	wg.Wait()
+	return errors.Join(errs...)
 }

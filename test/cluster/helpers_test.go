@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"regexp"
 	"slices"
 	"strings"
@@ -18,14 +19,17 @@ import (
 	"github.com/tiergate/tiergate/internal/testutil/cluster"
 )
 
-// newNamespace creates a namespace named after the test with kubectl and
-// deletes it (the namespace controller runs) when the test ends.
+// newNamespace creates a namespace named after the test, with a random
+// suffix (a run of -count=2 would otherwise meet the first run's
+// namespace, still terminating), with kubectl and deletes it (the
+// namespace controller runs) when the test ends.
 func newNamespace(t *testing.T) string {
 	t.Helper()
 	ns := strings.Trim(regexp.MustCompile(`[^a-z0-9]+`).ReplaceAllString(strings.ToLower(t.Name()), "-"), "-")
 	if len(ns) > 50 {
 		ns = strings.TrimRight(ns[:50], "-")
 	}
+	ns = fmt.Sprintf("%s-%04x", ns, rand.IntN(1<<16))
 	kubectl.Must(t, "create", "namespace", ns)
 	t.Cleanup(func() {
 		if r := kubectl.Run("delete", "namespace", ns, "--wait=false"); r.Err != nil {

@@ -8,7 +8,9 @@
 // delay after their deletion begins, and failed on demand by a chaos
 // label). Pods get IPs from a 127.0.0.0/8 CIDR; a Network listens on each of
 // those addresses and relays what it accepts to one real process, so
-// traffic sent to a pod IP reaches, say, one simserver. The API server
+// traffic sent to a pod IP reaches, say, one simserver. The Network plays
+// what the kubelet would do to the server: it stops accepting when the
+// pod's deletion begins, or a preStop sleep later (PreStopSleep). The API server
 // refuses loopback addresses in EndpointSlices, so Services over these
 // pods keep empty EndpointSlices.
 //

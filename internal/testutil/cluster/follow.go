@@ -12,43 +12,114 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/clock"
 )
 
 // PodState is what a pod's address does, as its model server would: it
 // serves once the pod is Ready (the server listens once its weights are
-// loaded), stops accepting once the pod's deletion begins (SIGTERM, with
-// no preStop hook) and is closed when the pod is not Ready otherwise
-// (still starting, or crashed) or gone.
+// loaded), stops accepting once the pod's deletion begins (SIGTERM; see
+// follower for a preStop hook, which puts the SIGTERM off) and is closed
+// when the pod is not Ready otherwise (still starting, or crashed) or
+// gone.
 func PodState(p *corev1.Pod) State {
 	switch {
 	case p.DeletionTimestamp != nil:
 		return Draining
-	case p.Status.Phase == corev1.PodRunning && podIsReady(p):
-		return Serving
 	default:
-		return Closed
+		return liveState(p)
 	}
 }
 
+// liveState is PodState of a pod whose server has not been sent SIGTERM.
+func liveState(p *corev1.Pod) State {
+	if p.Status.Phase == corev1.PodRunning && podIsReady(p) {
+		return Serving
+	}
+	return Closed
+}
+
+// PreStopSleep is the longest preStop sleep action of p's containers: how
+// long the kubelet waits after the deletion began before it sends the
+// containers SIGTERM. kwok runs no hooks, so the follower plays this one.
+// Only the sleep action is read; an exec or httpGet hook counts as none.
+func PreStopSleep(p *corev1.Pod) time.Duration {
+	var d time.Duration
+	for _, c := range p.Spec.Containers {
+		if c.Lifecycle != nil && c.Lifecycle.PreStop != nil && c.Lifecycle.PreStop.Sleep != nil {
+			d = max(d, time.Duration(c.Lifecycle.PreStop.Sleep.Seconds)*time.Second)
+		}
+	}
+	return d
+}
+
 // follower keeps a Network's states in step with the pods holding its
-// addresses.
+// addresses. A terminating pod with a preStop sleep keeps the state it had
+// (serving, if it was Ready) until the sleep has passed since the follower
+// first saw its deletion, then drains, as the kubelet sends SIGTERM only
+// after the hook.
 type follower struct {
-	n *Network
+	n     *Network
+	clock clock.WithDelayedExecution
 
 	mu    sync.Mutex
 	owner map[string]types.UID // address -> the pod that holds it
+	// hooks are the preStop sleeps running, by pod; sigterm are the pods
+	// whose sleep has ended (or that had none) once their deletion began.
+	hooks   map[types.UID]clock.Timer
+	sigterm map[types.UID]bool
+}
+
+func newFollower(n *Network, c clock.WithDelayedExecution) *follower {
+	return &follower{n: n, clock: c, owner: map[string]types.UID{},
+		hooks: map[types.UID]clock.Timer{}, sigterm: map[types.UID]bool{}}
 }
 
 // observe applies p's state to its addresses in the Network.
 func (f *follower) observe(p *corev1.Pod) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	st := f.stateLocked(p)
 	for _, ip := range podIPs(p) {
 		if !f.n.Contains(ip) {
 			continue
 		}
 		f.owner[ip] = p.UID
-		_ = f.n.SetState(ip, PodState(p)) // a Contained address
+		_ = f.n.SetState(ip, st) // a Contained address
+	}
+}
+
+// stateLocked is PodState, but for a terminating pod whose preStop sleep
+// still runs: that one is as it was before its deletion began.
+func (f *follower) stateLocked(p *corev1.Pod) State {
+	if p.DeletionTimestamp == nil || f.sigterm[p.UID] {
+		return PodState(p)
+	}
+	if _, running := f.hooks[p.UID]; running {
+		return liveState(p)
+	}
+	d := PreStopSleep(p)
+	if d <= 0 {
+		f.sigterm[p.UID] = true
+		return Draining
+	}
+	uid := p.UID
+	f.hooks[uid] = f.clock.AfterFunc(d, func() { f.hookDone(uid) })
+	return liveState(p)
+}
+
+// hookDone drains the addresses uid still holds: its preStop sleep ended.
+func (f *follower) hookDone(uid types.UID) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, running := f.hooks[uid]; !running {
+		return // the pod is gone already
+	}
+	delete(f.hooks, uid)
+	f.sigterm[uid] = true
+	for ip, owner := range f.owner {
+		if owner == uid {
+			_ = f.n.SetState(ip, Draining)
+		}
 	}
 }
 
@@ -57,6 +128,11 @@ func (f *follower) observe(p *corev1.Pod) {
 func (f *follower) gone(p *corev1.Pod) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if t, ok := f.hooks[p.UID]; ok {
+		t.Stop()
+		delete(f.hooks, p.UID)
+	}
+	delete(f.sigterm, p.UID)
 	for _, ip := range podIPs(p) {
 		if !f.n.Contains(ip) || f.owner[ip] != p.UID {
 			continue
@@ -96,7 +172,7 @@ func FollowPods(ctx context.Context, cs kubernetes.Interface, n *Network) (stop 
 	ctx, cancel := context.WithCancel(ctx)
 	factory := informers.NewSharedInformerFactory(cs, 0)
 	inf := factory.Core().V1().Pods().Informer()
-	f := &follower{n: n, owner: map[string]types.UID{}}
+	f := newFollower(n, clock.RealClock{})
 	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { observeObj(f, obj) },
 		UpdateFunc: func(_, obj any) { observeObj(f, obj) },

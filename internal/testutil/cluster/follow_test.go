@@ -2,10 +2,12 @@ package cluster
 
 import (
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	clocktesting "k8s.io/utils/clock/testing"
 )
 
 // pod is a pod with uid and ip in phase, Ready or not, deleting or not.
@@ -56,7 +58,7 @@ func TestFollowerStates(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer n.Close()
-	f := &follower{n: n, owner: map[string]types.UID{}}
+	f := newFollower(n, clocktesting.NewFakeClock(time.Now()))
 	const ip = "127.88.249.1"
 	steps := []struct {
 		what string
@@ -81,5 +83,78 @@ func TestFollowerStates(t *testing.T) {
 	}
 	if got := n.State("127.0.0.9"); got != Closed {
 		t.Errorf("an address outside the network is %s", got)
+	}
+}
+
+// withPreStop gives p a container whose preStop hook sleeps for seconds,
+// and one without a hook.
+func withPreStop(p *corev1.Pod, seconds int64) *corev1.Pod {
+	p.Spec.Containers = []corev1.Container{
+		{Name: "sidecar"},
+		{Name: "server", Lifecycle: &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{Sleep: &corev1.SleepAction{Seconds: seconds}}}},
+	}
+	return p
+}
+
+func TestPreStopSleep(t *testing.T) {
+	exec := pod("a", "", corev1.PodRunning, true, false)
+	exec.Spec.Containers = []corev1.Container{{Name: "server", Lifecycle: &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{Exec: &corev1.ExecAction{Command: []string{"sleep", "5"}}}}}}
+	tests := map[string]struct {
+		pod  *corev1.Pod
+		want time.Duration
+	}{
+		"no containers":        {pod("a", "", corev1.PodRunning, true, false), 0},
+		"a sleep of 3s":        {withPreStop(pod("a", "", corev1.PodRunning, true, false), 3), 3 * time.Second},
+		"an exec hook is none": {exec, 0},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			if got := PreStopSleep(tc.pod); got != tc.want {
+				t.Errorf("PreStopSleep = %s, want %s", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestFollowerPlaysPreStop: a terminating pod with a preStop sleep keeps
+// serving until the sleep has passed on the follower's clock, then
+// drains; one removed during its sleep is closed and its timer has no
+// effect on the pod that takes its address next.
+func TestFollowerPlaysPreStop(t *testing.T) {
+	n, err := ListenCIDR("127.88.248.0/29", 0, "127.0.0.1:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	clk := clocktesting.NewFakeClock(time.Now())
+	f := newFollower(n, clk)
+	const ip = "127.88.248.1"
+	steps := []struct {
+		what string
+		do   func()
+		want State
+	}{
+		{"a is Ready", func() { f.observe(withPreStop(pod("a", ip, corev1.PodRunning, true, false), 2)) }, Serving},
+		{"a terminates", func() { f.observe(withPreStop(pod("a", ip, corev1.PodRunning, true, true), 2)) }, Serving},
+		{"1.9s later", func() { clk.Step(1900 * time.Millisecond) }, Serving},
+		{"a seen again", func() { f.observe(withPreStop(pod("a", ip, corev1.PodRunning, true, true), 2)) }, Serving},
+		{"2s after its deletion", func() { clk.Step(100 * time.Millisecond) }, Draining},
+		{"a seen after the hook", func() { f.observe(withPreStop(pod("a", ip, corev1.PodRunning, true, true), 2)) }, Draining},
+		{"a is gone", func() { f.gone(pod("a", ip, corev1.PodRunning, true, true)) }, Closed},
+		{"b takes the address", func() { f.observe(withPreStop(pod("b", ip, corev1.PodRunning, true, false), 2)) }, Serving},
+		{"b terminates", func() { f.observe(withPreStop(pod("b", ip, corev1.PodRunning, true, true), 2)) }, Serving},
+		{"b is gone during its hook", func() { f.gone(pod("b", ip, corev1.PodRunning, true, true)) }, Closed},
+		{"c takes the address", func() { f.observe(pod("c", ip, corev1.PodRunning, true, false)) }, Serving},
+		{"b's hook would have ended", func() { clk.Step(3 * time.Second) }, Serving},
+		{"c terminates without a hook", func() { f.observe(pod("c", ip, corev1.PodRunning, true, true)) }, Draining},
+	}
+	for _, s := range steps {
+		s.do()
+		if got := n.State(ip); got != s.want {
+			t.Errorf("after %s: %s is %s, want %s", s.what, ip, got, s.want)
+		}
+	}
+	if clk.HasWaiters() {
+		t.Errorf("a preStop timer is still set after every pod went or drained")
 	}
 }
