@@ -131,4 +131,3 @@ func TestSettle(t *testing.T) {
 		t.Errorf("the counter of a tenant at the floor was kept")
 	}
 }
-

@@ -193,10 +193,6 @@ type admitResult struct {
 	job      *mJob  // when admitted
 }
 
-func (m *model) admit(tenant, tier string, now int64) admitResult {
-	return m.admitCost(tenant, tier, Cost{}, now)
-}
-
 func (m *model) admitCost(tenant, tier string, c Cost, now int64) admitResult {
 	c.Prompt, c.Output = max(c.Prompt, 0), max(c.Output, 0)
 	w := m.f.fair.Cost(c.Prompt, c.Output)

@@ -148,7 +148,7 @@ func TestTokenBoundRefusals(t *testing.T) {
 			}
 			before := q.Stats().Tiers["std"]
 			h, err := q.AdmitCost(tc.try.tenant, "std", tc.try.cost)
-			switch want := tc.want.(type) {
+			switch want := tc.want.(type) { //nolint:errorlint // the case's wanted error, never wrapped
 			case nil:
 				if err != nil || h == nil {
 					t.Fatalf("AdmitCost = %v, want admitted", err)
