@@ -120,6 +120,7 @@ type benchWorkload struct {
 	next     int
 	inFlight ring[*Handle]
 	fresh    ring[*Handle] // dispatched in this cycle, Wait not yet called
+	costs    []Cost        // when set, admissions cycle through these sizes
 }
 
 func tenantNamesN(n int, prefix string) []string {
@@ -148,7 +149,11 @@ func newBenchWorkload(q *Queue, tenants, queued int) *benchWorkload {
 func (w *benchWorkload) admit() {
 	i := w.next % len(w.names)
 	w.next++
-	if _, err := w.q.Admit(w.names[i], w.tiers[i]); err != nil {
+	var c Cost
+	if len(w.costs) > 0 {
+		c = w.costs[w.next%len(w.costs)]
+	}
+	if _, err := w.q.AdmitCost(w.names[i], w.tiers[i], c); err != nil {
 		panic(err)
 	}
 }
@@ -346,4 +351,42 @@ func (w *seedWorkload) submitTo(tier int) {
 	i := w.next % len(w.names)
 	w.next++
 	w.submitJob(w.names[i], tier)
+}
+
+// BenchmarkDispatchFairness: BenchmarkDispatch's cycle in Requests and in
+// Tokens fairness, beside each other at each size. Requests sizes vary
+// 40-fold (a heavy tail of 1 in 7); Tokens mode charges, lifts and
+// chooses by counter within each tier.
+func BenchmarkDispatchFairness(b *testing.B) {
+	costs := []Cost{{100, 20}, {120, 10}, {4000, 200}, {90, 30}, {200, 50}, {150, 0}, {110, 40}}
+	for _, queued := range []int{1000, 1000000} {
+		for _, mode := range []string{policy.FairnessRequests, policy.FairnessTokens} {
+			b.Run(fmt.Sprintf("mode=%s/queued=%d", mode, queued), func(b *testing.B) {
+				clk := &benchClock{now: t0}
+				p := benchPolicy(benchSlots, queued)
+				p.Fairness = &policy.Fairness{Mode: mode}
+				q := New(clk)
+				q.UpdatePolicy(p)
+				w := &benchWorkload{q: q, names: tenantNamesN(benchTenants, "t"), tiers: make([]string, benchTenants), costs: costs}
+				for i := range w.tiers {
+					w.tiers[i] = benchTiers[i%3]
+				}
+				q.setOnDispatch(func(h *Handle) { w.fresh.push(h) })
+				for range q.slots + queued {
+					w.admit()
+				}
+				ctx := context.Background()
+				w.collect(ctx)
+				b.ReportAllocs()
+				runtime.GC()
+				cpu0 := processCPU()
+				b.ResetTimer()
+				for range b.N {
+					w.cycle(ctx, clk)
+				}
+				b.StopTimer()
+				reportCPU(b, cpu0)
+			})
+		}
+	}
 }

@@ -40,6 +40,27 @@
 //     and those refused for want of room, an exponentially weighted rate
 //     over about a minute, reported in Stats and the policy Ack.
 //
+// Fairness within a tier (docs/scheduling.md#fairness-within-a-tier): in
+// the policy's Requests mode (the default) the structures above serve a
+// tier's jobs by age. In Tokens mode (fair.go) the order between tiers is
+// the same ageing key, and within a tier the slot goes to the oldest job of
+// the runnable tenant with the smallest Virtual Token Counter: the
+// weighted tokens of its reservations (AdmitCost's Cost) charged at
+// dispatch, corrected by Handle.Settle, divided by its weight; a tenant
+// that becomes backlogged is lifted to the tier's smallest backlogged
+// counter. Each tier keeps three indexed heaps of tenants (runnable by
+// head key, runnable by counter, backlogged by counter) and a heap of
+// tiers orders them: O(log T) per operation. A policy that switches mode
+// rebuilds them in O(n) and starts counters from zero. Counters of idle
+// tenants are kept only while above the floor a lift would give them.
+//
+// Token bounds: a tier with QueueTokenBound bounds its queue in weighted
+// tokens instead of requests (a lone request larger than the bound enters
+// an empty tier queue), with Retry-After from its token drain rate. Settle
+// and ReleaseServed together measure the weighted tokens served per slot
+// second (Stats.TokensPerSlotSecond). WithCounterSink and
+// ApplySharedCounters are the seam for counters shared across a fleet.
+//
 // Fleet mode (WithGate): a gate.Gate makes the bounds, slots and tenant
 // limits exact across every dispatcher of a pool; queue order stays local.
 // Admit reserves a queued place with Gate.Enqueue; dispatch claims the best
@@ -51,7 +72,8 @@
 // while its claim is in flight ends at once; the exchange's answer then
 // returns whatever it got, so every lease is returned exactly once.
 //
-// Concurrency model: one mutex guards all state. Every local operation,
+// Concurrency model: one mutex guards all state; the counter sink is
+// called under it and must not block. Every local operation,
 // including dispatch in local mode, runs inline under it, triggered by an
 // event (Admit, Release, Wait's cancellation, UpdatePolicy, Kick, the
 // expiry timer); nothing polls or sleeps, and all time comes from the

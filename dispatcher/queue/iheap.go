@@ -14,8 +14,6 @@ func (h *iheap[T]) len() int { return len(h.s) }
 
 func (h *iheap[T]) top() T { return h.s[0] }
 
-func (h *iheap[T]) has(x T) bool { return *h.at(x) >= 0 }
-
 func (h *iheap[T]) swap(i, j int) {
 	h.s[i], h.s[j] = h.s[j], h.s[i]
 	*h.at(h.s[i]) = i

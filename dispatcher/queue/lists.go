@@ -173,10 +173,10 @@ type tenant struct {
 	// Tokens fairness (fair.go): the counter, the fleet's part of it last
 	// applied (ApplySharedCounters), and the tenant's indexes in its tier's
 	// heaps (-1: absent)
-	vc                        float64
-	shared                    float64
-	sharedKnown               bool
-	moved                     bool // a policy moved it with queued work: liftMoved
+	vc                       float64
+	shared                   float64
+	sharedKnown              bool
+	moved                    bool // a policy moved it with queued work: liftMoved
 	runIdx, pickIdx, backIdx int
 }
 

@@ -56,8 +56,6 @@ type Queue struct {
 	rateNs      int64
 	timeoutNs   int64
 	serviceRate float64
-	tokenRate   float64 // the policy's TokenServiceRate
-	coldStart   float64 // the policy's ColdStartSeconds
 	defaultTier string
 	tiers       map[string]*tierState
 	listed      map[string]listedTenant
@@ -66,11 +64,12 @@ type Queue struct {
 	// Tokens mode (fair.go): tiers with a runnable tenant, by its oldest
 	// head key; fairEpoch counts the switches of mode, so a Settle of an
 	// older period corrects no counter.
-	tokens     bool
-	fair       policy.Fairness
-	tiersByKey iheap[*tierState]
-	fairEpoch  uint64
-	moved      []*tenant
+	tokens      bool
+	fair        policy.Fairness
+	tiersByKey  iheap[*tierState]
+	fairEpoch   uint64
+	moved       []*tenant
+	rebuilding  bool // UpdatePolicy, until it rebuilds the heaps
 	seq         uint64
 	inFlight    int
 	queued      int
@@ -82,15 +81,15 @@ type Queue struct {
 	freeJobs    []*job
 	freeTenants []*tenant
 
-	serviceTime    float64 // ns, EWMA of served jobs
-	served         uint64  // its samples
+	serviceTime float64 // ns, EWMA of served jobs
+	served      uint64  // its samples
 	// tokens per slot second (settle.go): EWMAs of the served jobs'
 	// settled weighted tokens and of their time in a slot (ns)
 	tokEWMA, slotEWMA float64
 	tokSamples        uint64
-	completed      uint64  // released jobs, served or not
-	doubleReleases uint64
-	totals         Totals
+	completed         uint64 // released jobs, served or not
+	doubleReleases    uint64
+	totals            Totals
 
 	// offeredSince is when the first policy came: the start of the span
 	// the offered-load rates are read over (offered.go).

@@ -24,8 +24,8 @@ type Stats struct {
 	// TokensPerSlotSecond is the settled weighted tokens of served jobs
 	// per second of their time in a slot (settle.go); 0 until measured.
 	TokensPerSlotSecond float64
-	DoubleReleases    uint64
-	PolicyVersion     int64
+	DoubleReleases      uint64
+	PolicyVersion       int64
 	// Draining is true once Drain was called.
 	Draining bool
 	// Totals count every job since New, across all tiers ever seen.
@@ -55,7 +55,7 @@ type TierStats struct {
 	// TokenDrainRate is weighted tokens/s dispatched from this tier (an
 	// EWMA beside DrainRate); 0 until measured.
 	TokenDrainRate float64
-	OldestAge     time.Duration
+	OldestAge      time.Duration
 	// DrainRate is dispatches/s from this tier (EWMA); 0 until measured.
 	DrainRate float64
 	// OfferedLoad is requests/s that reached this tier, averaged over
@@ -101,13 +101,13 @@ func (q *Queue) Stats() Stats {
 			QueuedTokens: tr.queuedTokens,
 			TokenBound:   tr.tokenBound,
 			Bound:        tr.bound,
-			InFlight:   tr.inFlight,
-			Dispatched: tr.dispatched,
-			Abandoned:  tr.abandoned,
-			Expired:    tr.expired,
-			Drained:    tr.drained,
-			Refused:    map[string]uint64{CauseCapacity: tr.refusedCapacity, CauseTenantLimit: tr.refusedTenant},
-			Retired:    tr.retired,
+			InFlight:     tr.inFlight,
+			Dispatched:   tr.dispatched,
+			Abandoned:    tr.abandoned,
+			Expired:      tr.expired,
+			Drained:      tr.drained,
+			Refused:      map[string]uint64{CauseCapacity: tr.refusedCapacity, CauseTenantLimit: tr.refusedTenant},
+			Retired:      tr.retired,
 		}
 		if o := tr.arrival.head; o != nil {
 			ts.OldestAge = time.Duration(now - o.enq)

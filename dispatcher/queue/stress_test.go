@@ -13,13 +13,22 @@ import (
 
 	"go.uber.org/goleak"
 	"k8s.io/utils/clock"
+
+	policy "github.com/tiergate/tiergate/api/policy/v1"
 )
 
 // TestStressConcurrent runs many goroutines against one queue on the real
 // clock (expiry fires from real timers) while policies change underneath;
 // run it with -race. Holders count themselves between Wait and Release, so
 // they can never exceed what the queue allowed.
-func TestStressConcurrent(t *testing.T) {
+func TestStressConcurrent(t *testing.T) { stressConcurrent(t, false) }
+
+// TestStressConcurrentTokens is the same load in Tokens fairness with
+// token bounds on one tier, requests of random sizes and Settle from
+// another goroutine than Release.
+func TestStressConcurrentTokens(t *testing.T) { stressConcurrent(t, true) }
+
+func stressConcurrent(t *testing.T, tokens bool) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	const workers, iterations = 32, 300
 	big := seedPolicy(8)
@@ -27,6 +36,13 @@ func TestStressConcurrent(t *testing.T) {
 	small := seedPolicy(3)
 	small.ClientTimeoutSeconds = 0.02
 	small.Tiers[0].TenantConcurrencyLimit = 2
+	if tokens {
+		for _, p := range []*policy.Policy{big, small} {
+			p.Fairness = &policy.Fairness{Mode: policy.FairnessTokens}
+			p.Tiers[1].QueueTokenBound, p.Tiers[1].TenantQueueTokenLimit = 20000, 6000
+			p.Tenants = []policy.Tenant{{ID: "t1", Tier: "standard", Weight: 3}}
+		}
+	}
 	q := New(clock.RealClock{})
 	q.UpdatePolicy(big)
 
@@ -43,7 +59,11 @@ func TestStressConcurrent(t *testing.T) {
 			for range iterations {
 				ti := rng.IntN(len(tenantHolding))
 				tier := tierNames[ti%3]
-				h, err := q.Admit(fmt.Sprint("t", ti), tier)
+				c := Cost{}
+				if tokens {
+					c = Cost{Prompt: rng.Int64N(4000), Output: rng.Int64N(600)}
+				}
+				h, err := q.AdmitCost(fmt.Sprint("t", ti), tier, c)
 				if err != nil {
 					var r *Refusal
 					if !errors.As(err, &r) {
@@ -74,7 +94,12 @@ func TestStressConcurrent(t *testing.T) {
 					tenantHolding[ti].Add(-1)
 					holding.Add(-1)
 					served.Add(1)
+					var settled sync.WaitGroup
+					if tokens {
+						settled.Go(func() { h.Settle(c.Prompt/2, c.Output/3) })
+					}
 					h.Release()
+					settled.Wait()
 					if rng.IntN(10) == 0 {
 						h.Release()
 					}
