@@ -508,7 +508,9 @@ func scrape(t *testing.T) string {
 func TestMeasuredServiceTime(t *testing.T) {
 	e := newEnv(t)
 	d := e.startDispatcher("dispatcher-0", 2, pushToken, true)
-	backends := e.modelPods(2)
+	// Six Ready model pods, as many as readyReplicas says: the slots
+	// come from the backends listed (at most readyReplicas).
+	backends := e.modelPods(6)
 	for i, b := range backends {
 		testutil.StartSimserver(t, bins.Simserver, testutil.SimOptions{Options: procOpts(fmt.Sprintf("simserver-%d", i)),
 			Addr: b.Address, Args: []string{"--concurrency", "4", "--service-time", "const:300ms"}})
@@ -635,7 +637,7 @@ func TestUnreachableDispatcherIsRetried(t *testing.T) {
 	// A pod whose IP has nothing listening yet.
 	late := &dispatcher{pod: "dispatcher-late", ip: e.ip(3)}
 	e.createPod(late.pod, map[string]string{"app.kubernetes.io/name": "tiergate-dispatcher"}, late.ip, false)
-	e.modelPods(2)
+	e.modelPods(6)
 	e.applySamples()
 	e.setReadyReplicas(6)
 
