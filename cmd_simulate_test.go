@@ -43,12 +43,12 @@ func TestSimulateCommandErrors(t *testing.T) {
 		"unknown scheduler": {
 			args:       []string{"-f", smallExample, "--compare", "fcfs,lifo"},
 			wantCode:   2,
-			wantStderr: `invalid value "fcfs,lifo" for flag -compare: scheduler "lifo" is unknown (want fcfs, strict or seed)`,
+			wantStderr: `invalid value "fcfs,lifo" for flag -compare: scheduler "lifo" is unknown (want fcfs, strict, seed, vtc or vtc-tokenbound)`,
 		},
 		"no scheduler": {
 			args:       []string{"-f", smallExample, "--compare", ""},
 			wantCode:   2,
-			wantStderr: `invalid value "" for flag -compare: no scheduler named (want fcfs, strict or seed)`,
+			wantStderr: `invalid value "" for flag -compare: no scheduler named (want fcfs, strict, seed, vtc or vtc-tokenbound)`,
 		},
 		"scheduler twice": {
 			args:       []string{"-f", smallExample, "--compare", "seed,seed"},

@@ -167,11 +167,11 @@ func TestCompareNames(t *testing.T) {
 	}{
 		"all":        {value: "fcfs,strict,seed", want: []string{"fcfs", "strict", "seed"}},
 		"spaces":     {value: " seed , fcfs", want: []string{"seed", "fcfs"}},
-		"empty":      {value: "", err: "no scheduler named (want fcfs, strict or seed)"},
-		"unknown":    {value: "fcfs,lifo", err: `scheduler "lifo" is unknown (want fcfs, strict or seed)`},
-		"empty item": {value: "fcfs,", err: `scheduler "" is unknown (want fcfs, strict or seed)`},
+		"empty":      {value: "", err: "no scheduler named (want fcfs, strict, seed, vtc or vtc-tokenbound)"},
+		"unknown":    {value: "fcfs,lifo", err: `scheduler "lifo" is unknown (want fcfs, strict, seed, vtc or vtc-tokenbound)`},
+		"empty item": {value: "fcfs,", err: `scheduler "" is unknown (want fcfs, strict, seed, vtc or vtc-tokenbound)`},
 		"twice":      {value: "seed,seed", err: `scheduler "seed" is named twice`},
-		"tiergate":   {value: "tiergate", err: `scheduler "tiergate" always runs; name the ones to run next to it (fcfs, strict or seed)`},
+		"tiergate":   {value: "tiergate", err: `scheduler "tiergate" always runs; name the ones to run next to it (fcfs, strict, seed, vtc or vtc-tokenbound)`},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -192,7 +192,7 @@ func TestCompareNames(t *testing.T) {
 	}
 	// Run refuses the same lists.
 	_, err := Run(read(t, "../examples/simulate/small.yaml"), Options{Compare: []string{"fifo"}})
-	if !errors.Is(err, ErrScheduler) || err.Error() != `scheduler "fifo" is unknown (want fcfs, strict or seed)` {
+	if !errors.Is(err, ErrScheduler) || err.Error() != `scheduler "fifo" is unknown (want fcfs, strict, seed, vtc or vtc-tokenbound)` {
 		t.Errorf("Run: %v", err)
 	}
 }
