@@ -3,6 +3,7 @@ package queue
 import (
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/tiergate/tiergate/dispatcher/queue/gate"
@@ -33,8 +34,22 @@ import (
 // lock, and a Gate error other than a refusal is returned wrapped; the job
 // is then dispatched once the Gate grants it a slot.
 func (q *Queue) Admit(tenantID, callerTier string) (*Handle, error) {
+	return q.AdmitCost(tenantID, callerTier, Cost{})
+}
+
+// AdmitCost is Admit for a request of cost c (negative parts count as 0).
+// Its weighted cost (the policy's fairness weights) is what Tokens mode
+// charges the tenant's counter at dispatch and what a tier's token bound
+// counts while it is queued (see docs/scheduling.md#fairness-within-a-tier).
+// A tier with a token bound refuses, with the same *Refusal as its
+// request bound, a request that would take its queued tokens past the
+// bound, unless nothing is queued in it, and one that would take its
+// tenant's queued tokens past TenantQueueTokenLimit, unless the tenant has
+// nothing queued: a request larger than a bound is not refused for ever.
+func (q *Queue) AdmitCost(tenantID, callerTier string, c Cost) (*Handle, error) {
+	c.Prompt, c.Output = max(c.Prompt, 0), max(c.Output, 0)
 	if q.gate != nil {
-		return q.admitFleet(tenantID, callerTier)
+		return q.admitFleet(tenantID, callerTier, c)
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -43,18 +58,19 @@ func (q *Queue) Admit(tenantID, callerTier string) (*Handle, error) {
 	if err != nil {
 		return nil, err
 	}
+	w := q.fair.Cost(c.Prompt, c.Output)
 	// A free slot means no runnable tenant is waiting, so a tenant under
 	// its cap runs now; the bound limits waiting, not running.
 	if ts := q.tenants[tenantID]; q.inFlight < q.slots && (ts == nil || ts.inFlight < ts.limit) {
-		j := q.newJobLocked(tenantID, tr, now)
+		j := q.newJobLocked(tenantID, tr, c, now)
 		j.h.state = stDispatched
 		q.startJob(j, now)
 		return j.h, nil
 	}
-	if err := q.boundsLocked(tr, tenantID, now); err != nil {
+	if err := q.boundsLocked(tr, tenantID, w, now); err != nil {
 		return nil, err
 	}
-	h := q.enqueueLocked(tenantID, tr, 0, now)
+	h := q.enqueueLocked(tenantID, tr, c, 0, now)
 	q.dispatchLocked(now)
 	return h, nil
 }
@@ -62,17 +78,18 @@ func (q *Queue) Admit(tenantID, callerTier string) (*Handle, error) {
 // admitFleet is Admit in fleet mode: local checks under the lock, the
 // fleet-wide reservation outside it, then the checks again (a policy or a
 // drain may have come meanwhile) and the job joins the queue.
-func (q *Queue) admitFleet(tenantID, callerTier string) (*Handle, error) {
+func (q *Queue) admitFleet(tenantID, callerTier string, c Cost) (*Handle, error) {
 	q.mu.Lock()
 	now := q.now()
+	w := q.fair.Cost(c.Prompt, c.Output)
 	tr, err := q.admissionLocked(tenantID, callerTier, now)
 	if err == nil {
-		err = q.boundsLocked(tr, tenantID, now)
+		err = q.boundsLocked(tr, tenantID, w, now)
 	}
 	var bound, qlimit int
 	var reserved string
 	if err == nil {
-		bound, qlimit, reserved = tr.bound, tr.qlimit, tr.name
+		bound, qlimit, reserved = gateBounds(tr)
 	}
 	q.unlock()
 	if err != nil {
@@ -102,7 +119,30 @@ func (q *Queue) admitFleet(tenantID, callerTier string) (*Handle, error) {
 	default:
 		return nil, q.refuse(tr, ErrQueueFull, place.QueuedInTier, now)
 	}
-	return q.enqueueLocked(tenantID, tr, place.Lease, now), nil
+	if tr.tokenBound > 0 {
+		w = q.fair.Cost(c.Prompt, c.Output)
+		// The Gate counts requests only: token bounds are local, checked
+		// again now that others may have been admitted meanwhile.
+		if err := q.tokenBoundsLocked(tr, q.tenants[tenantID], w, now); err != nil {
+			q.fleet.returns = append(q.fleet.returns, place.Lease)
+			return nil, err
+		}
+	}
+	return q.enqueueLocked(tenantID, tr, c, place.Lease, now), nil
+}
+
+// gateBounds are the bounds a tier gives the Gate's Enqueue: its request
+// bounds, or, under token bounds (which the Gate does not count), none for
+// the tier and the tenant's request limit unless it has a token limit.
+func gateBounds(tr *tierState) (bound, qlimit int, tier string) {
+	if tr.tokenBound == 0 {
+		return tr.bound, tr.qlimit, tr.name
+	}
+	qlimit = tr.qlimit
+	if tr.tokenLimit > 0 {
+		qlimit = math.MaxInt32
+	}
+	return math.MaxInt32, qlimit, tr.name
 }
 
 // admissionLocked is the checks every admission passes first. It returns
@@ -156,11 +196,14 @@ func (q *Queue) tierForLocked(tenantID, callerTier string) *tierState {
 // boundsLocked refuses a job the tier's bound or the tenant's queue limit
 // leaves no room for. In fleet mode these are the local counts, a lower
 // bound of the fleet's: a local refusal saves a round trip.
-func (q *Queue) boundsLocked(tr *tierState, tenantID string, now int64) error {
-	if q.slots <= 0 && tr.bound == 0 {
+func (q *Queue) boundsLocked(tr *tierState, tenantID string, w, now int64) error {
+	if q.slots <= 0 && tr.bound == 0 && tr.tokenBound == 0 {
 		// Held for a cold start, and this tier cannot wait it out.
 		q.noteOffered(tr, now)
 		return &ColdStartRefusal{Tier: tr.name, ColdStart: time.Duration(secondsToNs(q.pol.ColdStartSeconds))}
+	}
+	if tr.tokenBound > 0 {
+		return q.tokenBoundsLocked(tr, q.tenants[tenantID], w, now)
 	}
 	if tr.queued >= tr.bound {
 		return q.refuse(tr, ErrQueueFull, tr.queued, now)
@@ -173,11 +216,11 @@ func (q *Queue) boundsLocked(tr *tierState, tenantID string, now int64) error {
 
 // newJobLocked makes the record and handle of an admitted job, counted as
 // admitted; the caller queues or starts it.
-func (q *Queue) newJobLocked(tenantID string, tr *tierState, now int64) *job {
+func (q *Queue) newJobLocked(tenantID string, tr *tierState, c Cost, now int64) *job {
 	ts := q.getTenant(tenantID, tr)
 	j := q.newJob()
-	j.h = &Handle{q: q, j: j, tier: tr.name}
-	j.ts, j.tr, j.enq, j.seq = ts, tr, now, q.seq
+	j.h = &Handle{q: q, j: j, tier: tr.name, tenant: tenantID, cost: c}
+	j.ts, j.tr, j.enq, j.seq, j.wcost = ts, tr, now, q.seq, q.fair.Cost(c.Prompt, c.Output)
 	q.seq++
 	q.totals.Admitted++
 	q.noteOffered(tr, now)
@@ -186,15 +229,20 @@ func (q *Queue) newJobLocked(tenantID string, tr *tierState, now int64) *job {
 
 // enqueueLocked admits a job into the queue: the tail of its tenant's FIFO
 // and of its tier's arrival list.
-func (q *Queue) enqueueLocked(tenantID string, tr *tierState, lease gate.Lease, now int64) *Handle {
-	j := q.newJobLocked(tenantID, tr, now)
-	ts := j.ts
+func (q *Queue) enqueueLocked(tenantID string, tr *tierState, c Cost, lease gate.Lease, now int64) *Handle {
+	j := q.newJobLocked(tenantID, tr, c, now)
+	ts, w := j.ts, j.wcost
 	j.key = q.keyFor(tr, now)
 	j.lease = lease
+	if q.tokens && ts.queued == 0 {
+		q.lift(ts) // it becomes backlogged
+	}
 	ts.fifo.pushBack(j, byTenant)
 	tr.arrival.pushBack(j, byTier)
 	ts.queued++
 	tr.queued++
+	ts.queuedTokens += w
+	tr.queuedTokens += w
 	q.queued++
 	q.fixTenant(ts)
 	q.armTimer(now)
@@ -202,6 +250,33 @@ func (q *Queue) enqueueLocked(tenantID string, tr *tierState, lease gate.Lease, 
 }
 
 func (q *Queue) refuse(tr *tierState, cause error, queuedInTier int, now int64) error {
+	pos := queuedInTier + 1
+	return q.refusal(tr, cause, pos, q.retryAfter(tr, pos, now), now)
+}
+
+// tokenBoundsLocked refuses a job of weighted cost w that the tier's token
+// bound or the tenant's token limit (its request limit when it has none)
+// leaves no room for; an empty tier queue, or tenant queue, takes any one
+// job.
+func (q *Queue) tokenBoundsLocked(tr *tierState, ts *tenant, w, now int64) error {
+	if tr.queued > 0 && tr.queuedTokens+w > tr.tokenBound {
+		return q.refuseTokens(tr, ErrQueueFull, w, now)
+	}
+	if ts == nil || ts.queued == 0 {
+		return nil
+	}
+	if tr.tokenLimit > 0 && ts.queuedTokens+w > tr.tokenLimit || tr.tokenLimit == 0 && ts.queued >= tr.qlimit {
+		return q.refuseTokens(tr, ErrTenantLimit, w, now)
+	}
+	return nil
+}
+
+func (q *Queue) refuseTokens(tr *tierState, cause error, w, now int64) error {
+	pos := tr.queued + 1
+	return q.refusal(tr, cause, pos, q.retryAfterTokens(tr, tr.queuedTokens+w, w, pos, now), now)
+}
+
+func (q *Queue) refusal(tr *tierState, cause error, pos int, retry time.Duration, now int64) error {
 	if errors.Is(cause, ErrTenantLimit) {
 		cause = ErrTenantLimit
 		tr.refusedTenant++
@@ -210,6 +285,5 @@ func (q *Queue) refuse(tr *tierState, cause error, queuedInTier int, now int64) 
 		tr.refusedCapacity++
 		q.noteOffered(tr, now)
 	}
-	pos := queuedInTier + 1
-	return &Refusal{Cause: cause, Tier: tr.name, Position: pos, RetryAfter: q.retryAfter(tr, pos, now)}
+	return &Refusal{Cause: cause, Tier: tr.name, Position: pos, RetryAfter: retry}
 }

@@ -9,6 +9,10 @@ func (q *Queue) runnable(ts *tenant) bool {
 // fixTenant puts ts into, moves it within or takes it out of the runnable
 // heap after any change to its head, counts or limit. O(log T).
 func (q *Queue) fixTenant(ts *tenant) {
+	if q.tokens {
+		q.fixFair(ts)
+		return
+	}
 	run := q.runnable(ts)
 	head := ts.fifo.head
 	if run && ts.idx >= 0 && head.key == ts.hkey && head.seq == ts.hseq {
@@ -34,8 +38,12 @@ func (q *Queue) dispatchLocked(now int64) {
 	if q.gate != nil {
 		return
 	}
-	for q.inFlight < q.slots && len(q.heap) > 0 {
-		j := q.heap[0].fifo.head
+	for q.inFlight < q.slots {
+		ts := q.bestTenant()
+		if ts == nil {
+			return
+		}
+		j := ts.fifo.head
 		q.takeOut(j)
 		q.startJob(j, now)
 	}
@@ -45,6 +53,9 @@ func (q *Queue) dispatchLocked(now int64) {
 // and the waiter's wake-up.
 func (q *Queue) startJob(j *job, now int64) {
 	ts := j.ts
+	if !j.h.charged {
+		q.charge(j) // in fleet mode, charged at its claim
+	}
 	ts.inFlight++
 	j.tr.inFlight++
 	q.inFlight++
@@ -52,7 +63,7 @@ func (q *Queue) startJob(j *job, now int64) {
 	h := j.h
 	h.state = stDispatched
 	h.waited = time.Duration(now - j.enq)
-	q.noteDispatch(j.tr, now)
+	q.noteDispatch(j.tr, j.wcost, now)
 	if q.onDispatch != nil {
 		q.onDispatch(h)
 	}
@@ -67,6 +78,7 @@ func (q *Queue) startJob(j *job, now int64) {
 func (q *Queue) endQueued(j *job, state uint8, err error, now int64) {
 	ts, tr := j.ts, j.tr
 	q.takeOut(j)
+	q.refund(j) // a claimed job's charge: it never ran
 	switch {
 	case j.fleet == fleetClaimed:
 		j.fleet = fleetOrphan

@@ -33,7 +33,7 @@ func (q *Queue) exchangeDue() bool {
 }
 
 func (q *Queue) canClaim() bool {
-	return !q.fleet.poolFull && q.inFlight+q.fleet.claimed < q.slots && len(q.heap) > 0
+	return !q.fleet.poolFull && q.inFlight+q.fleet.claimed < q.slots && q.bestTenant() != nil
 }
 
 // pumpLoop runs exchanges until none is due. Only one runs at a time
@@ -69,8 +69,9 @@ func (q *Queue) claimLocked() int {
 	f := &q.fleet
 	f.batch, f.claims = f.batch[:0], f.claims[:0]
 	for len(f.batch) < maxClaims && q.canClaim() {
-		ts := q.heap[0]
+		ts := q.bestTenant()
 		j := ts.fifo.head
+		q.charge(j) // before the next choice, as local dispatch does
 		ts.fifo.remove(j, byTenant)
 		ts.claimed.pushBack(j, byTenant)
 		ts.nClaimed++
@@ -98,7 +99,7 @@ func (q *Queue) settleLocked(kicks uint64, now int64) {
 	for i, j := range f.batch {
 		f.batch[i] = nil
 		res := f.claims[i].Result
-		if j.fleet == fleetOrphan {
+		if j.fleet == fleetOrphan { // refunded when it ended
 			j.fleet = fleetNone
 			f.returns = append(f.returns, j.lease)
 			q.recycle(j)
@@ -111,6 +112,7 @@ func (q *Queue) settleLocked(kicks uint64, now int64) {
 			continue
 		}
 		ts := j.ts
+		q.refund(j)
 		ts.claimed.remove(j, byTenant)
 		ts.nClaimed--
 		f.claimed--

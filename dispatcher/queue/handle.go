@@ -3,6 +3,8 @@ package queue
 import (
 	"context"
 	"time"
+
+	policy "github.com/tiergate/tiergate/api/policy/v1"
 )
 
 // Handle states. A job is queued, then dispatched and released, or it ends
@@ -29,6 +31,24 @@ type Handle struct {
 	state  uint8
 	err    error
 	waited time.Duration
+
+	// tokens (fair.go, settle.go): the tenant, its charge in Tokens mode
+	// (the reservation's weighted cost, the weights and tenant weight it
+	// was charged with, what it added to the counter of which tier, in
+	// which Tokens period), and what Settle and ReleaseServed saw.
+	tenant    string
+	cost      Cost // as admitted
+	charged   bool
+	wcost     int64
+	weight    int
+	fair      policy.Fairness
+	charge    float64
+	chargeTr  *tierState
+	fairEpoch uint64
+	settled   bool
+	served    bool
+	actual    int64 // settled weighted tokens
+	slotNs    int64 // dispatch to ReleaseServed
 }
 
 // Wait blocks until the job is dispatched (nil: the caller now holds a slot
@@ -115,6 +135,10 @@ func (h *Handle) release(served bool) {
 	q.completed++
 	if served {
 		q.observeService(now - j.dispatchedAt)
+		h.served, h.slotNs = true, now-j.dispatchedAt
+		if h.settled {
+			q.observeTokens(h.actual, h.slotNs)
+		}
 	}
 	if q.gate != nil {
 		q.fleetRelease(ts, j.lease)

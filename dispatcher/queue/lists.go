@@ -33,6 +33,7 @@ type job struct {
 	key          int64 // base × rate + enqueue time, ns; smaller is served sooner
 	seq          uint64
 	enq          int64 // ns since Queue.epoch
+	wcost        int64 // the reservation's weighted tokens (policy fairness weights)
 	dispatchedAt int64
 	lease        gate.Lease
 	fleet        uint8
@@ -125,12 +126,25 @@ type tierState struct {
 	queued, inFlight int
 	arrival          jobList // queued jobs, oldest first
 
+	// token bounds: 0 is none (Requests bounding)
+	tokenBound, tokenLimit int64
+	queuedTokens           int64 // weighted reservations of its queued jobs
+
+	// Tokens fairness (fair.go)
+	run, pick, back iheap[*tenant]
+	heapIdx         int // in Queue.tiersByKey, -1 when absent
+	idle            map[string]idleCounter
+	sweepAt         int
+	lastServed      float64
+	hasLast         bool
+
 	dispatched, abandoned, expired, drained uint64
 	refusedCapacity, refusedTenant          uint64
 	offered                                 meter // requests that reached the tier
 
 	// drain-rate EWMA: a decayed dispatch count
 	drainCount    float64
+	drainTokens   float64 // the same, of weighted tokens dispatched
 	lastDispatch  int64
 	firstDispatch int64
 	everDispatch  bool
@@ -153,7 +167,20 @@ type tenant struct {
 	// tenants and not jobs scattered across memory
 	hkey int64
 	hseq uint64
+
+	queuedTokens int64 // weighted reservations of its queued jobs
+	weight       int   // the policy's, >= 1
+	// Tokens fairness (fair.go): the counter, the fleet's part of it last
+	// applied (ApplySharedCounters), and the tenant's indexes in its tier's
+	// heaps (-1: absent)
+	vc                        float64
+	shared                    float64
+	sharedKnown               bool
+	moved                     bool // a policy moved it with queued work: liftMoved
+	runIdx, pickIdx, backIdx int
 }
+
+func blankTenant() tenant { return tenant{idx: -1, runIdx: -1, pickIdx: -1, backIdx: -1} }
 
 // takeOut unlinks a queued job from its tenant's FIFO (or claimed list)
 // and its tier's arrival list, and counts it out. The caller re-fixes the
@@ -170,6 +197,8 @@ func (q *Queue) takeOut(j *job) {
 	tr.arrival.remove(j, byTier)
 	ts.queued--
 	tr.queued--
+	ts.queuedTokens -= j.wcost
+	tr.queuedTokens -= j.wcost
 	q.queued--
 	if q.queued == 0 {
 		if q.timerArmed {
@@ -196,7 +225,11 @@ func (q *Queue) getTenant(id string, tr *tierState) *tenant {
 	} else {
 		ts = &tenant{}
 	}
-	*ts = tenant{id: id, tier: tr, limit: q.limitFor(id, tr), idx: -1}
+	*ts = blankTenant()
+	ts.id, ts.tier, ts.limit, ts.weight = id, tr, q.limitFor(id, tr), q.weightFor(id)
+	if q.tokens {
+		q.unpark(ts, tr)
+	}
 	q.tenants[id] = ts
 	return ts
 }
@@ -208,8 +241,12 @@ func (q *Queue) maybeDropTenant(ts *tenant) {
 	if ts.idx >= 0 {
 		q.heapRemove(ts.idx)
 	}
+	if q.tokens {
+		q.fixFair(ts) // out of its tier's heaps
+		q.park(ts)
+	}
 	delete(q.tenants, ts.id)
-	*ts = tenant{idx: -1}
+	*ts = blankTenant()
 	if len(q.freeTenants) < freeMax {
 		q.freeTenants = append(q.freeTenants, ts)
 	}

@@ -29,9 +29,10 @@ func (q *Queue) UpdatePolicy(p *policy.Policy) {
 	if q.applyTiers(p) {
 		rekey = true
 	}
+	q.applyFairness(p)
 	clear(q.listed)
 	for _, tn := range p.Tenants {
-		q.listed[tn.ID] = listedTenant{tier: tn.Tier, maxConcurrency: tn.MaxConcurrency}
+		q.listed[tn.ID] = listedTenant{tier: tn.Tier, maxConcurrency: tn.MaxConcurrency, weight: tn.WeightOf()}
 	}
 	q.realignTenants()
 	if rekey {
@@ -43,6 +44,7 @@ func (q *Queue) UpdatePolicy(p *policy.Policy) {
 		}
 	}
 	q.rebuildHeap()
+	q.liftMoved()
 	if timeoutChanged {
 		q.expireLocked(now)
 		q.timerArmed = false // re-arm below for the new deadline
@@ -73,9 +75,10 @@ func (q *Queue) applyTiers(p *policy.Policy) bool {
 	for _, pt := range p.Tiers {
 		tr := q.tiers[pt.Name]
 		if tr == nil {
-			tr = &tierState{name: pt.Name}
+			tr = newTierState(pt.Name)
 			q.tiers[pt.Name] = tr
 		}
+		tr.tokenBound, tr.tokenLimit = pt.QueueTokenBound, pt.TenantQueueTokenLimit
 		if tr.base != pt.BasePriority && tr.queued > 0 {
 			rekey = true
 		}
@@ -124,8 +127,37 @@ func (q *Queue) realignTenants() {
 			q.moveTenant(ts, target)
 		}
 		ts.limit = q.limitFor(ts.id, ts.tier)
+		ts.weight = q.weightFor(ts.id)
 	}
 	q.unblockLocked()
+}
+
+// applyFairness takes the policy's fairness: a change of mode forgets
+// every counter (the heaps are rebuilt after), and a change of weights
+// re-weighs every queued job's reservation, O(n).
+func (q *Queue) applyFairness(p *policy.Policy) {
+	f := p.FairnessOf()
+	tokens := f.Mode == policy.FairnessTokens
+	if tokens != q.tokens {
+		q.tokens = tokens
+		q.resetFair()
+	}
+	reweigh := f.InputWeight != q.fair.InputWeight || f.OutputWeight != q.fair.OutputWeight
+	q.fair = f
+	if !reweigh {
+		return
+	}
+	for _, ts := range q.tenants {
+		ts.queuedTokens = 0
+	}
+	for _, tr := range q.tiers {
+		tr.queuedTokens = 0
+		for j := tr.arrival.head; j != nil; j = j.link[byTier].next {
+			j.wcost = f.Cost(j.h.cost.Prompt, j.h.cost.Output)
+			tr.queuedTokens += j.wcost
+			j.ts.queuedTokens += j.wcost
+		}
+	}
 }
 
 // rekey recomputes every queued job's key for the current rate and bases.
@@ -142,6 +174,10 @@ func (q *Queue) rekey() {
 func (q *Queue) rebuildHeap() {
 	clear(q.heap)
 	q.heap = q.heap[:0]
+	q.rebuildFair()
+	if q.tokens {
+		return
+	}
 	for _, ts := range q.tenants {
 		ts.idx = -1
 		if ts.fifo.head != nil {
@@ -161,6 +197,10 @@ func (q *Queue) rebuildHeap() {
 func (q *Queue) moveTenant(ts *tenant, to *tierState) {
 	from := ts.tier
 	ts.tier = to
+	if q.tokens && !ts.moved {
+		ts.moved = true // lifted in its new tier once all have moved
+		q.moved = append(q.moved, ts)
+	}
 	for _, l := range [2]*jobList{&ts.fifo, &ts.claimed} {
 		for j := l.head; j != nil; j = j.link[byTenant].next {
 			from.arrival.remove(j, byTier)
@@ -171,5 +211,7 @@ func (q *Queue) moveTenant(ts *tenant, to *tierState) {
 	}
 	from.queued -= ts.queued
 	to.queued += ts.queued
+	from.queuedTokens -= ts.queuedTokens
+	to.queuedTokens += ts.queuedTokens
 	q.maybeDropTier(from)
 }

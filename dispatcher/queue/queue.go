@@ -16,6 +16,7 @@ type Option func(*config)
 
 type config struct {
 	gate gate.Gate
+	sink func(tier, tenant string, delta float64)
 	// spawn runs the fleet pump; tests replace it to drive the pump.
 	spawn func(func())
 }
@@ -36,6 +37,7 @@ const (
 type listedTenant struct {
 	tier           string
 	maxConcurrency int
+	weight         int
 }
 
 // Queue is the ageing, bounded, tenant-capped queue of one dispatcher. All
@@ -54,11 +56,21 @@ type Queue struct {
 	rateNs      int64
 	timeoutNs   int64
 	serviceRate float64
+	tokenRate   float64 // the policy's TokenServiceRate
+	coldStart   float64 // the policy's ColdStartSeconds
 	defaultTier string
 	tiers       map[string]*tierState
 	listed      map[string]listedTenant
 	tenants     map[string]*tenant
-	heap        []*tenant
+	heap        []*tenant // Requests mode: the runnable tenants
+	// Tokens mode (fair.go): tiers with a runnable tenant, by its oldest
+	// head key; fairEpoch counts the switches of mode, so a Settle of an
+	// older period corrects no counter.
+	tokens     bool
+	fair       policy.Fairness
+	tiersByKey iheap[*tierState]
+	fairEpoch  uint64
+	moved      []*tenant
 	seq         uint64
 	inFlight    int
 	queued      int
@@ -72,6 +84,10 @@ type Queue struct {
 
 	serviceTime    float64 // ns, EWMA of served jobs
 	served         uint64  // its samples
+	// tokens per slot second (settle.go): EWMAs of the served jobs'
+	// settled weighted tokens and of their time in a slot (ns)
+	tokEWMA, slotEWMA float64
+	tokSamples        uint64
 	completed      uint64  // released jobs, served or not
 	doubleReleases uint64
 	totals         Totals
@@ -102,6 +118,9 @@ func New(clk clock.WithDelayedExecution, opts ...Option) *Queue {
 		tiers:   map[string]*tierState{},
 		listed:  map[string]listedTenant{},
 		tenants: map[string]*tenant{},
+
+		tiersByKey: newTiersByKey(),
+		fair:       (&policy.Policy{}).FairnessOf(),
 	}
 	q.fire = func() { go q.onTimer() }
 	q.fleet.pump = q.pumpLoop
@@ -143,6 +162,13 @@ func (q *Queue) keyFor(tr *tierState, enq int64) int64 {
 		return maxKey + enq
 	}
 	return b*q.rateNs + enq
+}
+
+func (q *Queue) weightFor(id string) int {
+	if lt, ok := q.listed[id]; ok && lt.weight > 0 {
+		return lt.weight
+	}
+	return 1
 }
 
 func (q *Queue) limitFor(id string, tr *tierState) int {

@@ -52,7 +52,49 @@ func (q *Queue) drainRate(tr *tierState, now int64) (float64, bool) {
 	return c / norm, true
 }
 
-func (q *Queue) noteDispatch(tr *tierState, now int64) {
+// retryAfterTokens is retryAfter for a token-bound refusal: ahead, the
+// weighted tokens queued before the refused job and its own, divided by the
+// tier's measured drain rate in weighted tokens per second, or the policy's
+// TokenServiceRate until one is measured (and while held at zero slots,
+// after the cold start). Without either, a queue of jobs the size of this
+// one at the request rate: ahead ÷ (ServiceRate × w); a job of no cost
+// gets retryAfter's answer for its position.
+func (q *Queue) retryAfterTokens(tr *tierState, ahead, w int64, pos int, now int64) time.Duration {
+	rate, ok := q.tokenDrainRate(tr, now)
+	var wait float64
+	if q.slots <= 0 {
+		rate, ok, wait = 0, false, q.pol.ColdStartSeconds
+	}
+	if !ok {
+		rate = q.pol.TokenServiceRate
+	}
+	if !(rate > 0) {
+		if w <= 0 {
+			return q.retryAfter(tr, pos, now)
+		}
+		rate = q.serviceRate * float64(w)
+	}
+	upper := max(int64(tr.w/time.Second), 1)
+	secs := upper
+	if rate > 0 {
+		if est := math.Ceil(wait + float64(ahead)/rate); est < float64(upper) {
+			secs = int64(est)
+		}
+	}
+	return time.Duration(max(secs, 1)) * time.Second
+}
+
+// tokenDrainRate is drainRate in weighted tokens per second; false until
+// measured, or while nothing dispatched had a cost.
+func (q *Queue) tokenDrainRate(tr *tierState, now int64) (float64, bool) {
+	r, ok := q.drainRate(tr, now)
+	if !ok || tr.drainCount <= 0 || tr.drainTokens <= 0 {
+		return 0, false
+	}
+	return r * tr.drainTokens / tr.drainCount, true
+}
+
+func (q *Queue) noteDispatch(tr *tierState, w, now int64) {
 	tr.dispatched++
 	q.totals.Dispatched++
 	if !tr.everDispatch {
@@ -61,9 +103,12 @@ func (q *Queue) noteDispatch(tr *tierState, now int64) {
 		tr.lastDispatch = now
 	}
 	if dt := now - tr.lastDispatch; dt > 0 {
-		tr.drainCount *= math.Exp(-float64(dt) / 1e9 / drainWindow.Seconds())
+		f := math.Exp(-float64(dt) / 1e9 / drainWindow.Seconds())
+		tr.drainCount *= f
+		tr.drainTokens *= f
 	}
 	tr.drainCount++
+	tr.drainTokens += float64(w)
 	tr.lastDispatch = now
 }
 

@@ -21,6 +21,9 @@ type Stats struct {
 	ServiceTime time.Duration
 	// Served counts those jobs, Completed every released job.
 	Served, Completed uint64
+	// TokensPerSlotSecond is the settled weighted tokens of served jobs
+	// per second of their time in a slot (settle.go); 0 until measured.
+	TokensPerSlotSecond float64
 	DoubleReleases    uint64
 	PolicyVersion     int64
 	// Draining is true once Drain was called.
@@ -42,6 +45,16 @@ type Totals struct {
 type TierStats struct {
 	Queued, Bound int
 	InFlight      int
+	// QueuedTokens is the weighted reserved cost of the tier's queued
+	// jobs; TokenBound its QueueTokenBound (0: bounded in requests).
+	QueuedTokens, TokenBound int64
+	// FairnessGapTokens is the largest minus the smallest counter of the
+	// tier's backlogged tenants (weighted tokens ÷ weight); 0 in Requests
+	// mode or with fewer than two backlogged.
+	FairnessGapTokens float64
+	// TokenDrainRate is weighted tokens/s dispatched from this tier (an
+	// EWMA beside DrainRate); 0 until measured.
+	TokenDrainRate float64
 	OldestAge     time.Duration
 	// DrainRate is dispatches/s from this tier (EWMA); 0 until measured.
 	DrainRate float64
@@ -72,6 +85,8 @@ func (q *Queue) Stats() Stats {
 		DoubleReleases: q.doubleReleases,
 		Draining:       q.draining,
 		Totals:         q.totals,
+
+		TokensPerSlotSecond: q.tokensPerSlotSecond(),
 	}
 	if q.served > 0 {
 		s.ServiceTime = time.Duration(q.serviceTime)
@@ -79,10 +94,13 @@ func (q *Queue) Stats() Stats {
 	if q.pol != nil {
 		s.PolicyVersion = q.pol.Version
 	}
+	gaps := q.fairnessGaps()
 	for name, tr := range q.tiers {
 		ts := TierStats{
-			Queued:     tr.queued,
-			Bound:      tr.bound,
+			Queued:       tr.queued,
+			QueuedTokens: tr.queuedTokens,
+			TokenBound:   tr.tokenBound,
+			Bound:        tr.bound,
 			InFlight:   tr.inFlight,
 			Dispatched: tr.dispatched,
 			Abandoned:  tr.abandoned,
@@ -97,6 +115,10 @@ func (q *Queue) Stats() Stats {
 		if r, ok := q.drainRate(tr, now); ok {
 			ts.DrainRate = r
 		}
+		if r, ok := q.tokenDrainRate(tr, now); ok {
+			ts.TokenDrainRate = r
+		}
+		ts.FairnessGapTokens = gaps[tr]
 		ts.OfferedLoad = tr.offered.rate(now, q.offeredSince)
 		s.Tiers[name] = ts
 	}
@@ -108,6 +130,39 @@ func (q *Queue) Stats() Stats {
 	return s
 }
 
+// fairnessGaps is each tier's FairnessGapTokens, O(T).
+func (q *Queue) fairnessGaps() map[*tierState]float64 {
+	if !q.tokens {
+		return nil
+	}
+	type span struct {
+		lo, hi float64
+		n      int
+	}
+	spans := map[*tierState]span{}
+	for _, ts := range q.tenants {
+		if ts.queued == 0 {
+			continue
+		}
+		s := spans[ts.tier]
+		if s.n == 0 || ts.vc < s.lo {
+			s.lo = ts.vc
+		}
+		if s.n == 0 || ts.vc > s.hi {
+			s.hi = ts.vc
+		}
+		s.n++
+		spans[ts.tier] = s
+	}
+	gaps := make(map[*tierState]float64, len(spans))
+	for tr, s := range spans {
+		if s.n >= 2 {
+			gaps[tr] = s.hi - s.lo
+		}
+	}
+	return gaps
+}
+
 // Measured converts the snapshot into what the dispatcher reports in its
 // policy Ack.
 func (s Stats) Measured() policy.Measured {
@@ -115,6 +170,8 @@ func (s Stats) Measured() policy.Measured {
 		ServiceTimeSeconds: s.ServiceTime.Seconds(),
 		Completed:          int64(s.Served),
 		Queued:             int64(s.Queued),
+
+		TokensPerSlotSecond: s.TokensPerSlotSecond,
 	}
 	for name, t := range s.Tiers {
 		if t.DrainRate > 0 {
