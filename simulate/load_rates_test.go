@@ -2,6 +2,7 @@ package simulate
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -266,5 +267,80 @@ func TestTokenBoundNeedsRates(t *testing.T) {
 	}
 	if _, err := Run(in, Options{Compare: []string{SchedVTC}, checkInvariants: true}); err != nil {
 		t.Errorf("vtc without token rates: %v", err)
+	}
+}
+
+// TestTokensFairnessExact derives the order of both modes by hand. One
+// slot (tenant cap 1), prefill 100 and decode 10 tokens a second, weights
+// 1 and 2. At 0, a sends three requests of 1000 prompt and 10 output
+// tokens (11 s, cost 1020 each) and b three of 100 and 10 (2 s, cost
+// 120), interleaved a, b, a, b, a, b; a's first starts at once.
+//
+//   - tiergate (Requests): by age, b a b a b: a waits 0, 13, 26 s, b 11,
+//     24, 37 s.
+//   - vtc (Tokens): a is charged 1020 at its dispatch. b becomes
+//     backlogged with nobody else backlogged: it is lifted to the counter
+//     of the tenant served last, a's 1020. At 11 the counters tie and b's
+//     head is older: b runs 11–13 (1140); at 13 a (1020) runs 13–24
+//     (2040); then b twice, 24–28 (1260, 1380), and a 28–39. a waits 0,
+//     13, 28 s, b 11, 24, 26 s: b, whose requests are small, is served
+//     sooner.
+//   - vtc-tokenbound with W 50 s: the bound is floor(1 × 3/0.11 × 50) =
+//     1363. b (120), a (1020) and b (120) queue (1260); a's third (2280)
+//     and b's third (1380) are refused. The order is vtc's: a waits 0,
+//     13 s, b 11, 24 s.
+func TestTokensFairnessExact(t *testing.T) {
+	type tenantFigures struct {
+		Served, RefusedCapacity int64
+		WaitMean, WaitMax       float64
+	}
+	type want map[string]tenantFigures
+	tests := map[string]struct {
+		wait  string
+		want  map[string]want
+		bound int64
+	}{
+		"W 100 s: nothing refused": {wait: "100s", bound: 2727, want: map[string]want{
+			SchedTiergate:      {"a": {Served: 3, WaitMean: 13, WaitMax: 26}, "b": {Served: 3, WaitMean: 24, WaitMax: 37}},
+			SchedVTC:           {"a": {Served: 3, WaitMean: round6(41.0 / 3), WaitMax: 28}, "b": {Served: 3, WaitMean: round6(61.0 / 3), WaitMax: 26}},
+			SchedVTCTokenBound: {"a": {Served: 3, WaitMean: round6(41.0 / 3), WaitMax: 28}, "b": {Served: 3, WaitMean: round6(61.0 / 3), WaitMax: 26}},
+		}},
+		"W 50 s: the token bound refuses": {wait: "50s", bound: 1363, want: map[string]want{
+			SchedTiergate:      {"a": {Served: 3, WaitMean: 13, WaitMax: 26}, "b": {Served: 3, WaitMean: 24, WaitMax: 37}},
+			SchedVTC:           {"a": {Served: 3, WaitMean: round6(41.0 / 3), WaitMax: 28}, "b": {Served: 3, WaitMean: round6(61.0 / 3), WaitMax: 26}},
+			SchedVTCTokenBound: {"a": {Served: 2, RefusedCapacity: 1, WaitMean: 6.5, WaitMax: 13}, "b": {Served: 2, RefusedCapacity: 1, WaitMean: 17.5, WaitMax: 24}},
+		}},
+	}
+	burst := func(name string, prompt int) string {
+		return fmt.Sprintf("{tenant: %s, arrival: {process: burst, at: 0s, count: 3}, promptTokens: {distribution: constant, mean: %d}, outputTokens: {distribution: constant, mean: 10}, maxTokens: 10}", name, prompt)
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			load := strings.Replace(tokenLoad("{prefillTokensPerSecond: 100, decodeTokensPerSecond: 10}", burst("a", 1000), burst("b", 100)), "duration: 40s", "duration: 60s", 1)
+			in, err := Read(src("fair.yaml", exactPool(1, tc.wait)+load))
+			if err != nil {
+				t.Fatal(err)
+			}
+			res, err := Run(in, Options{Compare: Variants, checkInvariants: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, sched := range res.Schedulers() {
+				got := want{}
+				for _, tn := range []string{"a", "b"} {
+					f := res.Of(sched).Tenants[tn]
+					got[tn] = tenantFigures{Served: f.Served, RefusedCapacity: f.Refused.Capacity, WaitMean: f.Wait.Mean, WaitMax: f.Wait.Max}
+				}
+				if diff := cmp.Diff(tc.want[sched], got); diff != "" {
+					t.Errorf("%s (-want +got):\n%s", sched, diff)
+				}
+			}
+			if got := res.Of(SchedVTCTokenBound).Tiers["t"].QueueTokenBound; got != tc.bound {
+				t.Errorf("vtc-tokenbound's queueTokenBound = %d, want %d", got, tc.bound)
+			}
+			if got := res.Of(SchedVTC).Tiers["t"].QueueTokenBound; got != 0 {
+				t.Errorf("vtc's queueTokenBound = %d, want 0 (bounded in requests)", got)
+			}
+		})
 	}
 }

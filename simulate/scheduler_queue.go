@@ -67,7 +67,7 @@ func (s *queueScheduler) UpdatePolicy(p *policy.Policy) {
 // generate, as the dispatcher estimates it (the simulated estimate is
 // exact).
 func (s *queueScheduler) Admit(r *request) error {
-	h, err := admitCost(s.q, r)
+	h, err := s.q.AdmitCost(r.ten.name, r.ten.tier.name, queue.Cost{Prompt: r.cost.prompt, Output: r.cost.maxOut})
 	if err != nil {
 		return err
 	}
@@ -150,9 +150,7 @@ func (s *queueScheduler) receive() (outcome, bool) {
 	}
 }
 
-func (s *queueScheduler) Settle(r *request, prompt, output int64) {
-	settleCost(r.ticket.h, prompt, output)
-}
+func (s *queueScheduler) Settle(r *request, prompt, output int64) { r.ticket.h.Settle(prompt, output) }
 
 func (s *queueScheduler) Release(r *request) {
 	r.ticket.h.Release()
@@ -186,11 +184,11 @@ func (s *queueScheduler) WatchesClients() bool { return true }
 // flight, and that no slot was released twice.
 func (s *queueScheduler) Check(end bool) (snapshot, error) {
 	st := s.q.Stats()
-	tokens := queuedTokensOf(st)
 	for name, qt := range st.Tiers {
-		if tb := s.tokenBound[name]; tb > 0 && tokens != nil {
-			if qtok := tokens(name); qtok > tb {
-				return snapshot{}, fmt.Errorf("%w: tier %s: %d weighted tokens queued exceed its token bound %d", ErrInternal, name, qtok, tb)
+		// A request larger than the token bound may queue alone.
+		if tb := s.tokenBound[name]; tb > 0 {
+			if qt.QueuedTokens > tb && qt.Queued > 1 {
+				return snapshot{}, fmt.Errorf("%w: tier %s: %d weighted tokens in %d queued requests exceed its token bound %d", ErrInternal, name, qt.QueuedTokens, qt.Queued, tb)
 			}
 		} else if qt.Queued > qt.Bound {
 			return snapshot{}, fmt.Errorf("%w: tier %s: %d queued exceeds its bound %d", ErrInternal, name, qt.Queued, qt.Bound)
@@ -212,7 +210,7 @@ func (s *queueScheduler) Check(end bool) (snapshot, error) {
 		inflight:       st.InFlight,
 		admitted:       t.Admitted,
 		queued:         func(tier string) int { return st.Tiers[tier].Queued },
-		queuedTokens:   tokens,
+		queuedTokens:   func(tier string) int64 { return st.Tiers[tier].QueuedTokens },
 		tenantInflight: func(tenant string) int { return st.TenantInFlight[tenant] },
 	}, nil
 }
