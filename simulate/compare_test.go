@@ -16,15 +16,21 @@ import (
 // k-th request needs the same service time under every scheduler.
 func TestSameTrafficForEveryScheduler(t *testing.T) {
 	type draw struct{ at, service time.Duration }
-	inputs := map[string]*Input{
-		"small (every arrival process)":   read(t, "../examples/simulate/small.yaml"),
-		"seed overload (closed-loop too)": seedInput(t, "pool.yaml", "load-overload.yaml"),
+	type input struct {
+		in      *Input
+		compare []string
 	}
-	for name, in := range inputs {
+	inputs := map[string]input{
+		"small (every arrival process)":   {read(t, "../examples/simulate/small.yaml"), Baselines},
+		"seed overload (closed-loop too)": {seedInput(t, "pool.yaml", "load-overload.yaml"), Baselines},
+		"service times from tokens":       {read(t, tokensDir+"heavy-tail-pool.yaml", tokensDir+"heavy-tail.yaml"), append(append([]string{}, Baselines...), Variants...)},
+	}
+	for name, tc := range inputs {
+		in := tc.in
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			draws := map[string]map[string][]draw{} // scheduler, tenant
-			opts := Options{Compare: Baselines, checkInvariants: true, onRequest: func(sched, tenant string, at, service time.Duration) {
+			opts := Options{Compare: tc.compare, checkInvariants: true, onRequest: func(sched, tenant string, at, service time.Duration) {
 				if draws[sched] == nil {
 					draws[sched] = map[string][]draw{}
 				}
@@ -33,15 +39,15 @@ func TestSameTrafficForEveryScheduler(t *testing.T) {
 			if _, err := Run(in, opts); err != nil {
 				t.Fatal(err)
 			}
-			if len(draws) != 4 {
-				t.Fatalf("requests seen from %d schedulers, want 4", len(draws))
+			if len(draws) != 1+len(tc.compare) {
+				t.Fatalf("requests seen from %d schedulers, want %d", len(draws), 1+len(tc.compare))
 			}
 			for _, tl := range in.Load.Spec.Tenants {
 				want := draws[SchedTiergate][tl.Tenant]
 				if len(want) < 3 {
 					t.Fatalf("tenant %s sent %d requests: too few to compare", tl.Tenant, len(want))
 				}
-				for _, sched := range Baselines {
+				for _, sched := range tc.compare {
 					got := draws[sched][tl.Tenant]
 					if tl.Arrival.Process != ProcClosed {
 						if diff := cmp.Diff(want, got, cmp.AllowUnexported(draw{})); diff != "" {
