@@ -275,7 +275,7 @@ func TestSimulateCommandTokens(t *testing.T) {
 	}
 	type tenant struct {
 		TokensServed struct{ Prompt, Completion int64 } `json:"tokensServed"`
-		TokenShare   float64                           `json:"tokenShare"`
+		TokenShare   float64                            `json:"tokenShare"`
 	}
 	type tier struct {
 		JainTokens      float64 `json:"jainTokens"`
