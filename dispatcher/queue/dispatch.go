@@ -9,6 +9,9 @@ func (q *Queue) runnable(ts *tenant) bool {
 // fixTenant puts ts into, moves it within or takes it out of the runnable
 // heap after any change to its head, counts or limit. O(log T).
 func (q *Queue) fixTenant(ts *tenant) {
+	if q.rebuilding {
+		return // UpdatePolicy rebuilds every heap once it is done
+	}
 	if q.tokens {
 		q.fixFair(ts)
 		return

@@ -217,6 +217,7 @@ func (q *Queue) rebuildFair() {
 		if !q.tokens {
 			continue
 		}
+		ts.idx = -1 // out of the Requests heap, cleared by the caller
 		if h := ts.fifo.head; h != nil {
 			ts.hkey, ts.hseq = h.key, h.seq
 		}
@@ -264,6 +265,9 @@ func (q *Queue) liftMoved() {
 	}
 	for _, ts := range q.moved {
 		ts.moved = false
+		if ts.queued == 0 {
+			continue // not backlogged: lifted when it is
+		}
 		f, ok := floors[ts.tier]
 		if !ok {
 			f = fl{ts.tier.lastServed, ts.tier.hasLast}

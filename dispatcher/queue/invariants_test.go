@@ -41,7 +41,11 @@ func checkStructure(q *Queue) error {
 		}
 		queued += n
 		inFlight += ts.inFlight
-		if q.runnable(ts) != (ts.idx >= 0) {
+		if q.tokens {
+			if err := checkFairTenant(q, ts); err != nil {
+				return err
+			}
+		} else if q.runnable(ts) != (ts.idx >= 0) {
 			return fmt.Errorf("tenant %q: runnable=%v but heap index %d", id, q.runnable(ts), ts.idx)
 		}
 		if h := ts.fifo.head; h != nil && (ts.hkey != h.key || ts.hseq != h.seq) {
@@ -53,6 +57,9 @@ func checkStructure(q *Queue) error {
 				return fmt.Errorf("tenant %q: heap index %d wrong", id, ts.idx)
 			}
 		}
+	}
+	if err := checkFairHeaps(q); err != nil {
+		return err
 	}
 	if runnable != len(q.heap) {
 		return fmt.Errorf("heap has %d tenants, %d runnable", len(q.heap), runnable)
@@ -94,8 +101,8 @@ func checkStructure(q *Queue) error {
 	if tierIn != q.inFlight {
 		return fmt.Errorf("tiers hold %d in flight, queue %d", tierIn, q.inFlight)
 	}
-	if q.gate == nil && q.inFlight < q.slots && len(q.heap) > 0 {
-		return fmt.Errorf("work not conserved: %d/%d slots used with %d runnable tenants", q.inFlight, q.slots, len(q.heap))
+	if q.gate == nil && q.inFlight < q.slots && q.bestTenant() != nil {
+		return fmt.Errorf("work not conserved: %d/%d slots used with a runnable tenant", q.inFlight, q.slots)
 	}
 	if q.gate != nil && !q.fleet.pumping && q.exchangeDue() {
 		return fmt.Errorf("an exchange is due (%d returns, claimable work %v) but no pump is scheduled", len(q.fleet.returns), q.canClaim())

@@ -53,19 +53,10 @@ func (m *model) bestClaimable() *mJob {
 	if m.fleet.poolFull || m.inFlight()+m.claimedCount("") >= m.slots {
 		return nil
 	}
-	var best *mJob
-	for _, j := range m.jobs {
-		if j.state != stQueued || j.claimed || m.fleet.blocked[j.tenant] {
-			continue
-		}
-		if m.tenantInFlight(j.tenant)+m.claimedCount(j.tenant) >= m.limit(j.tenant) {
-			continue
-		}
-		if best == nil || m.less(j, best) {
-			best = j
-		}
-	}
-	return best
+	return m.pick(func(j *mJob) bool {
+		return j.state == stQueued && !j.claimed && !m.fleet.blocked[j.tenant] &&
+			m.tenantInFlight(j.tenant)+m.claimedCount(j.tenant) < m.limit(j.tenant)
+	})
 }
 
 func (m *model) exchangeDue() bool {
@@ -89,6 +80,7 @@ func (m *model) startRound() *mRound {
 		if j == nil {
 			break
 		}
+		m.charge(j)
 		j.claimed = true
 		r.jobs = append(r.jobs, j)
 		r.limits = append(r.limits, m.limit(j.tenant))
@@ -134,8 +126,16 @@ func (m *model) settle(r *mRound, res []gate.Result) {
 		case j.orphan:
 			j.orphan = false
 			m.fleet.returns = append(m.fleet.returns, j)
+			continue
 		case res[i] == gate.OK:
+			if !j.f.charged {
+				m.charge(j) // claimed before Tokens mode began
+			}
 			j.state = stDispatched
+			continue
+		}
+		m.refund(j)
+		switch {
 		case kicked:
 		case res[i] == gate.PoolFull:
 			m.fleet.poolFull = true

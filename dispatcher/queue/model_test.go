@@ -30,8 +30,12 @@ type model struct {
 	jobs        []*mJob
 	seq         uint64
 	moved       bool // the last operation moved queued jobs between tiers
+	reweighed   bool // the last operation changed the weights of queued tokens
+	// movedTenants collects the tenants a policy moves (liftMoved)
+	movedTenants map[string]bool
 
 	fleet mFleet
+	f     mFair
 }
 
 type mTier struct {
@@ -39,6 +43,7 @@ type mTier struct {
 	base                int
 	bound, conc, qlimit int
 	retired             bool
+	f                   mTierFair
 }
 
 type mJob struct {
@@ -53,6 +58,7 @@ type mJob struct {
 	claimed bool  // its acquire is in flight (state is stQueued)
 	orphan  bool  // it ended while claimed
 	lease   uint8 // what the fleet holds for it
+	f       mJobFair
 }
 
 // What a job's lease holds in the fleet.
@@ -66,6 +72,8 @@ func newModel(gate bool) *model {
 	m := &model{gateMode: gate, tiers: map[string]*mTier{}, listed: map[string]policy.Tenant{}, tenantTier: map[string]*mTier{}}
 	m.fleet.blocked = map[string]bool{}
 	m.fleet.foreign = map[string]int{}
+	m.f.vc = map[string]*mCounter{}
+	m.f.fair = (&policy.Policy{}).FairnessOf()
 	return m
 }
 
@@ -116,6 +124,9 @@ func (m *model) limit(t string) int {
 // nothing queued or in flight.
 func (m *model) forget(t string) {
 	if m.count(func(j *mJob) bool { return j.tenant == t && (j.state == stQueued || j.state == stDispatched) }) == 0 {
+		if tr, ok := m.tenantTier[t]; ok {
+			m.park(t, tr)
+		}
 		delete(m.tenantTier, t)
 		delete(m.fleet.blocked, t)
 	}
@@ -129,6 +140,9 @@ func (m *model) move(t string, to *mTier) {
 		}
 	}
 	m.tenantTier[t] = to
+	if m.movedTenants != nil {
+		m.movedTenants[t] = true
+	}
 }
 
 // dispatch is local mode's: the best queued jobs of tenants under their
@@ -138,15 +152,13 @@ func (m *model) dispatch() {
 		return
 	}
 	for m.inFlight() < m.slots {
-		var best *mJob
-		for _, j := range m.jobs {
-			if j.state == stQueued && m.tenantInFlight(j.tenant) < m.limit(j.tenant) && (best == nil || m.less(j, best)) {
-				best = j
-			}
-		}
+		best := m.pick(func(j *mJob) bool {
+			return j.state == stQueued && m.tenantInFlight(j.tenant) < m.limit(j.tenant)
+		})
 		if best == nil {
 			return
 		}
+		m.charge(best)
 		best.state = stDispatched
 	}
 }
@@ -182,6 +194,12 @@ type admitResult struct {
 }
 
 func (m *model) admit(tenant, tier string, now int64) admitResult {
+	return m.admitCost(tenant, tier, Cost{}, now)
+}
+
+func (m *model) admitCost(tenant, tier string, c Cost, now int64) admitResult {
+	c.Prompt, c.Output = max(c.Prompt, 0), max(c.Output, 0)
+	w := m.f.fair.Cost(c.Prompt, c.Output)
 	switch {
 	case m.draining:
 		return admitResult{err: ErrDraining}
@@ -197,30 +215,42 @@ func (m *model) admit(tenant, tier string, now int64) admitResult {
 	}
 	_, known := m.tenantTier[tenant]
 	newJob := func(state uint8) *mJob {
+		if !known {
+			m.open(tenant, tr)
+		}
+		if state == stQueued && m.f.tokens && !m.backlogged(tenant) {
+			m.tenantTier[tenant] = tr
+			m.lift(tenant, tr)
+		}
 		m.tenantTier[tenant] = tr
-		j := &mJob{tenant: tenant, admitTier: tr.name, tier: tr, enq: now, seq: m.seq, state: state}
+		j := &mJob{tenant: tenant, admitTier: tr.name, tier: tr, enq: now, seq: m.seq, state: stQueued}
+		j.f.cost, j.f.wcost = c, w
 		m.seq++
 		m.jobs = append(m.jobs, j)
+		if state == stDispatched {
+			m.charge(j)
+			j.state = stDispatched
+		}
 		return j
 	}
 	if !m.gateMode && m.inFlight() < m.slots && (!known || m.tenantInFlight(tenant) < m.limit(tenant)) {
 		return admitResult{job: newJob(stDispatched)}
 	}
-	if m.held && tr.bound == 0 {
+	if m.held && tr.bound == 0 && tr.f.tokenBound == 0 {
 		return admitResult{err: ErrNoCapacity, cold: true, tier: tr.name}
 	}
-	if n := m.tierQueued(tr); n >= tr.bound {
-		return admitResult{err: ErrQueueFull, tier: tr.name, position: n + 1}
-	}
-	if known && m.tenantQueued(tenant) >= tr.qlimit {
-		return admitResult{err: ErrTenantLimit, tier: tr.name, position: m.tierQueued(tr) + 1}
+	if r, refused := m.bounds(tr, tenant, known, w); refused {
+		return r
 	}
 	if m.gateMode {
 		// The fleet counts places under the tier they were admitted to,
-		// and holds those of ended jobs until their lease comes back.
-		if n := m.fleetTierQueued(tr.name); n >= tr.bound {
+		// and holds those of ended jobs until their lease comes back; it
+		// does not count tokens.
+		n := m.fleetTierQueued(tr.name)
+		switch {
+		case tr.f.tokenBound == 0 && n >= tr.bound:
 			return admitResult{err: ErrQueueFull, tier: tr.name, position: n + 1}
-		} else if m.fleetTenantQueued(tenant) >= tr.qlimit {
+		case tr.f.tokenLimit == 0 && m.fleetTenantQueued(tenant) >= tr.qlimit:
 			return admitResult{err: ErrTenantLimit, tier: tr.name, position: n + 1}
 		}
 	}
@@ -242,8 +272,12 @@ func (m *model) end(j *mJob, state uint8) {
 			m.fleet.returns = append(m.fleet.returns, j)
 		}
 	}
+	if j.state == stQueued && j.claimed {
+		m.refund(j)
+	}
 	j.state = state
 	m.forget(j.tenant)
+	m.dropTier(j.tier)
 }
 
 func (m *model) release(j *mJob) {
@@ -298,6 +332,7 @@ func (m *model) update(p *policy.Policy, now int64) {
 			m.tiers[pt.Name] = tr
 		}
 		tr.base, tr.bound, tr.conc, tr.qlimit, tr.retired = pt.BasePriority, pt.QueueBound, pt.TenantConcurrencyLimit, pt.TenantQueueLimit, false
+		tr.f.tokenBound, tr.f.tokenLimit = pt.QueueTokenBound, pt.TenantQueueTokenLimit
 		seen[pt.Name] = true
 	}
 	for name, tr := range m.tiers {
@@ -305,10 +340,12 @@ func (m *model) update(p *policy.Policy, now int64) {
 			tr.retired = true
 		}
 	}
+	m.updateFair(p)
 	m.listed = map[string]policy.Tenant{}
 	for _, tn := range p.Tenants {
 		m.listed[tn.ID] = tn
 	}
+	m.movedTenants = map[string]bool{}
 	m.realign()
 	// A retired tier with no job left is gone; if it comes back it is new.
 	for name, tr := range m.tiers {
@@ -316,6 +353,8 @@ func (m *model) update(p *policy.Policy, now int64) {
 			delete(m.tiers, name)
 		}
 	}
+	m.liftMoved(m.movedTenants)
+	m.movedTenants = nil
 	m.kick()
 	if timeoutChanged {
 		m.expire(now)

@@ -85,9 +85,40 @@ func genPolicy(o *ops, version int64) *policy.Policy {
 		if c%3 != 0 {
 			continue
 		}
-		p.Tenants = append(p.Tenants, policy.Tenant{ID: tn, Tier: p.Tiers[int(c/3)%len(p.Tiers)].Name, MaxConcurrency: int(o.next() % 4)})
+		p.Tenants = append(p.Tenants, policy.Tenant{ID: tn, Tier: p.Tiers[int(c/3)%len(p.Tiers)].Name, MaxConcurrency: int(o.next() % 4), Weight: int(o.next() % 4)})
 	}
+	genFairness(o, p)
 	return p
+}
+
+// genFairness adds Tokens fairness (half the policies) and token bounds
+// (a third of the tiers) from the byte stream.
+func genFairness(o *ops, p *policy.Policy) {
+	if c := o.next(); c%2 == 0 {
+		p.Fairness = &policy.Fairness{Mode: policy.FairnessTokens, InputWeight: int(c/2) % 3, OutputWeight: int(c/6) % 3}
+	} else if c%4 == 1 {
+		p.Fairness = &policy.Fairness{Mode: policy.FairnessRequests, InputWeight: int(c/4) % 3}
+	}
+	p.TokenServiceRate = []float64{0, 0, 100, 5000}[o.next()%4]
+	for i := range p.Tiers {
+		c := o.next()
+		if c%3 != 0 {
+			continue
+		}
+		p.Tiers[i].QueueTokenBound = []int64{1, 60, 800, 5000}[int(c/3)%4]
+		if c/12%2 == 0 {
+			p.Tiers[i].TenantQueueTokenLimit = []int64{1, 40, 600}[int(c/24)%3]
+		}
+	}
+}
+
+var (
+	promptSizes = []int64{0, 1, 12, 300, 2000, -5}
+	outputSizes = []int64{0, 1, 16, 256}
+)
+
+func genCost(o *ops) Cost {
+	return Cost{Prompt: promptSizes[int(o.next())%len(promptSizes)], Output: outputSizes[int(o.next())%len(outputSizes)]}
 }
 
 type driver struct {
@@ -152,19 +183,25 @@ func (d *driver) pick(o *ops, pred func(*mJob) bool) *mJob {
 
 // step runs one operation on both the queue and the model.
 func (d *driver) step(o *ops) {
-	d.m.moved = false
+	d.m.moved, d.m.reweighed = false, false
 	defer d.m.afterOp()
-	nops := byte(12)
+	nops := byte(14)
 	if d.fleet != nil {
-		nops = 17
+		nops = 19
 	}
-	switch op := o.next() % nops; op {
+	op := o.next() % nops
+	if op >= nops-2 {
+		d.fairStep(op-(nops-2), o)
+		return
+	}
+	switch op {
 	case 0, 1, 2, 3: // admit
 		tenant := tenantNames[int(o.next())%len(tenantNames)]
 		tier := tierNames[int(o.next())%len(tierNames)]
-		d.log = append(d.log, fmt.Sprintf("admit %s %s", tenant, tier))
-		want := d.m.admit(tenant, tier, d.now())
-		h, err := d.q.Admit(tenant, tier)
+		c := genCost(o)
+		d.log = append(d.log, fmt.Sprintf("admit %s %s %+v", tenant, tier, c))
+		want := d.m.admitCost(tenant, tier, c, d.now())
+		h, err := d.q.AdmitCost(tenant, tier, c)
 		if want.err == nil {
 			if err != nil {
 				d.fail("Admit(%s, %s) = %v, model admits", tenant, tier, err)
@@ -252,8 +289,8 @@ func (d *driver) step(o *ops) {
 		if err := p.Validate(); err != nil {
 			d.fail("generated an invalid policy: %v", err)
 		}
-		d.log = append(d.log, fmt.Sprintf("policy v%d slots %d cold start %v rate %v timeout %v tiers %v tenants %v default %q",
-			p.Version, p.Slots, p.ColdStartSeconds, p.AgeingRate, p.ClientTimeoutSeconds, p.Tiers, p.Tenants, p.DefaultTier))
+		d.log = append(d.log, fmt.Sprintf("policy v%d slots %d cold start %v rate %v timeout %v tiers %v tenants %v default %q fairness %+v",
+			p.Version, p.Slots, p.ColdStartSeconds, p.AgeingRate, p.ClientTimeoutSeconds, p.Tiers, p.Tenants, p.DefaultTier, p.FairnessOf()))
 		d.m.update(p, d.now())
 		d.q.UpdatePolicy(p)
 	case 10: // clock advance
@@ -277,18 +314,23 @@ type snapshot struct {
 	tenantIn     map[string]int
 	tenantQueued map[string]int
 	tierQueued   map[string]int
+	tenantTokens map[string]int64
+	tierTokens   map[string]int64
 }
 
 func (d *driver) snap() snapshot {
 	d.q.mu.Lock()
 	defer d.q.mu.Unlock()
-	s := snapshot{inFlight: d.q.inFlight + d.q.fleet.claimed, tenantIn: map[string]int{}, tenantQueued: map[string]int{}, tierQueued: map[string]int{}}
+	s := snapshot{inFlight: d.q.inFlight + d.q.fleet.claimed, tenantIn: map[string]int{}, tenantQueued: map[string]int{}, tierQueued: map[string]int{},
+		tenantTokens: map[string]int64{}, tierTokens: map[string]int64{}}
 	for id, ts := range d.q.tenants {
 		s.tenantIn[id] = ts.inFlight + ts.nClaimed
 		s.tenantQueued[id] = ts.queued
+		s.tenantTokens[id] = ts.queuedTokens
 	}
 	for name, tr := range d.q.tiers {
 		s.tierQueued[name] = tr.queued
+		s.tierTokens[name] = tr.queuedTokens
 	}
 	return s
 }
@@ -319,18 +361,28 @@ func (d *driver) check(prev snapshot) snapshot {
 	if d.fleet != nil {
 		d.checkFleet(s)
 	}
+	d.checkCounters()
 	d.q.mu.Lock()
 	var bad string
 	for id, ts := range d.q.tenants {
 		if n := ts.inFlight + ts.nClaimed; n > ts.limit && n > prev.tenantIn[id] {
 			bad = fmt.Sprintf("tenant %s in flight or acquiring rose to %d over its limit %d", id, n, ts.limit)
 		}
-		if ts.queued > ts.tier.qlimit && ts.queued > prev.tenantQueued[id] && !d.m.moved {
+		if lim := ts.tier.tokenLimit; lim > 0 {
+			// A token limit: one job of any size, more within the limit.
+			if ts.queued > 1 && ts.queuedTokens > lim && ts.queuedTokens > prev.tenantTokens[id] && !d.m.moved && !d.m.reweighed {
+				bad = fmt.Sprintf("tenant %s queued tokens rose to %d over its limit %d", id, ts.queuedTokens, lim)
+			}
+		} else if ts.queued > ts.tier.qlimit && ts.queued > prev.tenantQueued[id] && !d.m.moved {
 			bad = fmt.Sprintf("tenant %s queued rose to %d over its limit %d", id, ts.queued, ts.tier.qlimit)
 		}
 	}
 	for name, tr := range d.q.tiers {
-		if tr.queued > tr.bound && tr.queued > prev.tierQueued[name] && !d.m.moved {
+		if tr.tokenBound > 0 {
+			if tr.queued > 1 && tr.queuedTokens > tr.tokenBound && tr.queuedTokens > prev.tierTokens[name] && !d.m.moved && !d.m.reweighed {
+				bad = fmt.Sprintf("tier %s queued tokens rose to %d over its bound %d", name, tr.queuedTokens, tr.tokenBound)
+			}
+		} else if tr.queued > tr.bound && tr.queued > prev.tierQueued[name] && !d.m.moved {
 			bad = fmt.Sprintf("tier %s queued rose to %d over its bound %d", name, tr.queued, tr.bound)
 		}
 	}
@@ -408,6 +460,12 @@ func (d *driver) finish() {
 func runOps(t *testing.T, data []byte) {
 	o := &ops{b: data}
 	d := newDriver(t, o.next()%4 == 0)
+	defer func() {
+		if r := recover(); r != nil {
+			t.Logf("panic after:\n  %s", joinLines(d.log[max(0, len(d.log)-30):]))
+			panic(r)
+		}
+	}()
 	prev := d.check(d.snap())
 	for steps := 0; !o.done() && steps < 2000; steps++ {
 		d.step(o)

@@ -71,6 +71,7 @@ type Queue struct {
 	tiersByKey iheap[*tierState]
 	fairEpoch  uint64
 	moved      []*tenant
+	rebuilding bool // UpdatePolicy, until it rebuilds the heaps
 	seq         uint64
 	inFlight    int
 	queued      int

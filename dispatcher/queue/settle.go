@@ -90,10 +90,16 @@ func (q *Queue) ApplySharedCounters(tier string, counters map[string]float64) {
 	if !q.tokens || tr == nil {
 		return
 	}
+	// Records first, then idle counters, pruned against the floor those
+	// give: the outcome does not depend on the map's order.
 	for id, v := range counters {
 		if ts := q.tenants[id]; ts != nil && ts.tier == tr {
 			ts.vc, ts.shared, ts.sharedKnown = applyShared(ts.vc, ts.shared, ts.sharedKnown, v)
 			q.fixFair(ts)
+		}
+	}
+	for id, v := range counters {
+		if ts := q.tenants[id]; ts != nil && ts.tier == tr {
 			continue
 		}
 		e := tr.idle[id]
@@ -107,7 +113,6 @@ func (q *Queue) ApplySharedCounters(tier string, counters map[string]float64) {
 		}
 		tr.idle[id] = e
 	}
-	q.dispatchLocked(q.now())
 }
 
 func applyShared(vc, last float64, known bool, v float64) (float64, float64, bool) {
