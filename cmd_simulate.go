@@ -57,14 +57,14 @@ func runSimulate(args []string, stdout, stderr io.Writer) int {
 	plotPath := fs.String("plot", "", "write wait over time per tier to this PNG file")
 	fs.Var(&seed, "seed", "random seed; overrides the Load's spec.seed")
 	var compare []string
-	fs.Func("compare", "also run these schedulers on the same traffic, comma-separated: fcfs, strict, seed", func(v string) error {
+	fs.Func("compare", "also run these schedulers on the same traffic, comma-separated: fcfs, strict, seed, vtc (Tokens fairness), vtc-tokenbound (Tokens fairness and token bounds, needs the Load's spec.tokens)", func(v string) error {
 		names, err := simulate.ParseCompare(v)
 		compare = names
 		return err
 	})
 	comparePlot := fs.String("compare-plot", "", "with --compare: write goodput and waste per scheduler and the wait distribution per tier to this PNG file")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: tiergate simulate -f FILE [-f FILE]... [--json] [--plot out.png] [--seed N] [--compare fcfs,strict,seed [--compare-plot out.png]]")
+		fmt.Fprintln(stderr, "Usage: tiergate simulate -f FILE [-f FILE]... [--json] [--plot out.png] [--seed N] [--compare fcfs,strict,seed,vtc,vtc-tokenbound [--compare-plot out.png]]")
 		fmt.Fprintln(stderr, "\nRuns the pool's tiers, with the controller's bounds and the real dispatcher queue, against the Load in simulated time.")
 		fs.PrintDefaults()
 	}

@@ -43,12 +43,12 @@ func TestSimulateCommandErrors(t *testing.T) {
 		"unknown scheduler": {
 			args:       []string{"-f", smallExample, "--compare", "fcfs,lifo"},
 			wantCode:   2,
-			wantStderr: `invalid value "fcfs,lifo" for flag -compare: scheduler "lifo" is unknown (want fcfs, strict or seed)`,
+			wantStderr: `invalid value "fcfs,lifo" for flag -compare: scheduler "lifo" is unknown (want fcfs, strict, seed, vtc or vtc-tokenbound)`,
 		},
 		"no scheduler": {
 			args:       []string{"-f", smallExample, "--compare", ""},
 			wantCode:   2,
-			wantStderr: `invalid value "" for flag -compare: no scheduler named (want fcfs, strict or seed)`,
+			wantStderr: `invalid value "" for flag -compare: no scheduler named (want fcfs, strict, seed, vtc or vtc-tokenbound)`,
 		},
 		"scheduler twice": {
 			args:       []string{"-f", smallExample, "--compare", "seed,seed"},
@@ -259,6 +259,77 @@ func TestSimulateCommandCompare(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestSimulateCommandTokens runs the long-prompts example of
+// docs/scheduling.md with the token variants: the JSON carries each
+// scheduler's tokensServed, tokenShare and jainTokens, and the token
+// bound vtc-tokenbound computed; the tables name what each scheduler is.
+// vtc-tokenbound refuses a Load without token rates.
+func TestSimulateCommandTokens(t *testing.T) {
+	files := []string{"simulate", "-f", "examples/simulate/tokens/long-prompts-pool.yaml", "-f", "examples/simulate/tokens/long-prompts.yaml", "--compare", "vtc,vtc-tokenbound"}
+	var stdout, stderr bytes.Buffer
+	if code := dispatch(append(files, "--json"), &stdout, &stderr); code != 0 {
+		t.Fatalf("exit code %d; stderr:\n%s", code, stderr.String())
+	}
+	type tenant struct {
+		TokensServed struct{ Prompt, Completion int64 } `json:"tokensServed"`
+		TokenShare   float64                            `json:"tokenShare"`
+	}
+	type tier struct {
+		JainTokens      float64 `json:"jainTokens"`
+		QueueTokenBound int64   `json:"queueTokenBound"`
+	}
+	type result struct {
+		Tiers   map[string]tier   `json:"tiers"`
+		Tenants map[string]tenant `json:"tenants"`
+	}
+	var doc struct {
+		result
+		Compare map[string]result `json:"compare"`
+	}
+	if err := json.Unmarshal(stdout.Bytes(), &doc); err != nil {
+		t.Fatal(err)
+	}
+	all := map[string]result{"tiergate": doc.result, "vtc": doc.Compare["vtc"], "vtc-tokenbound": doc.Compare["vtc-tokenbound"]}
+	for sched, r := range all {
+		for name, tn := range r.Tenants {
+			// Every served request has 200 output tokens and 100 or 4000
+			// prompt tokens.
+			per := map[string]int64{"chat": 100, "rag": 4000}[name]
+			if n := tn.TokensServed.Completion / 200; n == 0 || tn.TokensServed.Prompt != n*per || tn.TokenShare <= 0 {
+				t.Errorf("%s: tenant %s: tokensServed %+v, tokenShare %v", sched, name, tn.TokensServed, tn.TokenShare)
+			}
+		}
+		if j := r.Tiers["standard"].JainTokens; j <= 0 || j > 1 {
+			t.Errorf("%s: jainTokens %v", sched, j)
+		}
+	}
+	if got := [3]int64{doc.Tiers["standard"].QueueTokenBound, doc.Compare["vtc"].Tiers["standard"].QueueTokenBound, doc.Compare["vtc-tokenbound"].Tiers["standard"].QueueTokenBound}; got != [3]int64{0, 0, 56470} {
+		t.Errorf("queueTokenBound of tiergate, vtc, vtc-tokenbound = %v, want [0 0 56470]", got)
+	}
+
+	stdout.Reset()
+	if code := dispatch(files, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit code %d; stderr:\n%s", code, stderr.String())
+	}
+	want := "Compared on the same arrivals and service times:\n" +
+		"  tiergate        tiergate's queue as configured\n" +
+		"  vtc             tiergate's queue, Tokens fairness, bounded in requests\n" +
+		"  vtc-tokenbound  tiergate's queue, Tokens fairness, bounded in weighted tokens\n"
+	if !strings.Contains(stdout.String(), want) {
+		t.Errorf("the tables lack\n%s\n%s", want, stdout.String())
+	}
+
+	stdout.Reset()
+	stderr.Reset()
+	if code := dispatch([]string{"simulate", "-f", smallExample, "--compare", "vtc-tokenbound"}, &stdout, &stderr); code != 1 {
+		t.Errorf("exit code %d for vtc-tokenbound without token rates, want 1", code)
+	}
+	wantErr := "tiergate simulate: --compare vtc-tokenbound: invalid: the Load has no spec.tokens, whose prefill and decode rates the token bounds are computed from\n"
+	if diff := cmp.Diff(wantErr, stderr.String()); diff != "" {
+		t.Errorf("stderr (-want +got):\n%s", diff)
 	}
 }
 

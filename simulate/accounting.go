@@ -8,6 +8,8 @@ type tierState struct {
 	// wait is the tier's tolerableWait, the SLO of sloAttainment.
 	wait   time.Duration
 	queued int
+	// queuedTokens is the reserved cost of the queued requests.
+	queuedTokens int64
 	// sloMet counts requests offered in the window and served within wait.
 	sloMet int64
 	// area is ∫ queued dt over the window, request-seconds.
@@ -45,12 +47,16 @@ func (e *engine) enqueued(r *request) {
 	r.underLimits, r.capMark = !ta.atCap(), ta.capHits
 	tier.queued++
 	tier.res.MaxQueued = max(tier.res.MaxQueued, tier.queued)
+	r.queuedCost = e.fair.Cost(r.cost.prompt, r.cost.maxOut)
+	tier.queuedTokens += r.queuedCost
+	tier.res.MaxQueuedTokens = max(tier.res.MaxQueuedTokens, tier.queuedTokens)
 }
 
 // leaveQueue counts r's time in the queue, however it left.
 func (e *engine) leaveQueue(r *request) {
 	tier := r.ten.tier
 	tier.queued--
+	tier.queuedTokens -= r.queuedCost
 	if e.inWindow() {
 		tier.sojournSum += (e.now - r.admitAt).Seconds()
 		tier.sojournN++
@@ -160,6 +166,7 @@ func (e *engine) finish() *Result {
 	for name, tr := range res.Tiers {
 		tr.Jain = round6(jain(thru[name]))
 	}
+	e.finishTokens()
 	if e.kind.name == SchedTiergate {
 		res.Warnings = append(res.Warnings, e.warnings()...)
 	} else {
@@ -182,3 +189,29 @@ func jain(xs []float64) float64 {
 	}
 	return sum * sum / (float64(len(xs)) * sq)
 }
+
+// finishTokens sets each tier's jainTokens, Jain's index over its Load
+// tenants' weighted tokens served ÷ their weights, and each tenant's
+// tokenShare, its part of its tier's weighted tokens served. The weights
+// are those of the policy in force at the end.
+func (e *engine) finishTokens() {
+	norm := map[string][]float64{}
+	total := map[string]int64{}
+	for _, ts := range e.tenants {
+		c := e.weighted(ts.res.TokensServed)
+		norm[ts.tier.name] = append(norm[ts.tier.name], float64(c)/float64(e.weightOf(ts.name)))
+		total[ts.tier.name] += c
+	}
+	for name, tr := range e.res.Tiers {
+		tr.JainTokens = round6(jain(norm[name]))
+	}
+	for _, ts := range e.tenants {
+		if t := total[ts.tier.name]; t > 0 {
+			ts.res.TokenShare = round6(float64(e.weighted(ts.res.TokensServed)) / float64(t))
+		}
+	}
+}
+
+// weighted is c's cost under the policy's weights: prompt × inputWeight +
+// completion × outputWeight.
+func (e *engine) weighted(c TokenCounts) int64 { return e.fair.Cost(c.Prompt, c.Completion) }

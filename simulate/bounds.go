@@ -20,6 +20,38 @@ type policyState struct {
 	// held is the pool-wide bounds while the pool is at zero replicas and
 	// holds requests for its first replica (spec.coldStart); nil otherwise.
 	held *capacity.Bounds
+	// fair and weight are the cost weights and the tenants' weights of the
+	// policy in force, which jainTokens and tokenShare measure by.
+	fair   policy.Fairness
+	weight map[string]int
+}
+
+// shape is the policy the run's scheduler gets: the Load's fairness
+// weights, then the scheduler's own mode and bounds (vtc, vtc-tokenbound).
+func (e *engine) shape(p *policy.Policy) {
+	e.load.Tokens.fairness(p)
+	if e.kind.shape != nil {
+		e.kind.shape(p, e.env)
+	}
+}
+
+// noteWeights keeps the cost weights and tenant weights of the pool-wide
+// policy p.
+func (e *engine) noteWeights(p *policy.Policy) {
+	e.fair = p.FairnessOf()
+	e.weight = map[string]int{}
+	for i := range p.Tenants {
+		e.weight[p.Tenants[i].ID] = p.Tenants[i].WeightOf()
+	}
+}
+
+// weightOf is tenant's fairness weight: 1 for one the policy does not
+// list (the default tier's).
+func (e *engine) weightOf(tenant string) int {
+	if w := e.weight[tenant]; w > 0 {
+		return w
+	}
+	return 1
 }
 
 // computeBounds runs the controller's computation for the given number of
@@ -74,6 +106,7 @@ func (e *engine) applyPolicy(b capacity.Bounds, replicas int32) error {
 	for d, disp := range e.disp {
 		pol := b.PolicyFor(d)
 		pol.Version = e.version
+		e.shape(&pol)
 		if err := pol.Validate(); err != nil {
 			return fmt.Errorf("%w: the computed policy is invalid: %w", ErrInternal, err)
 		}
@@ -90,7 +123,9 @@ func (e *engine) applyPolicy(b capacity.Bounds, replicas int32) error {
 		}
 	}
 	wp := whole.PolicyFor(0)
+	e.shape(&wp)
 	stated := e.kind.limits(&wp, e.env)
+	e.noteWeights(&wp)
 	e.held = nil
 	if whole.Pool.ColdStart > 0 {
 		e.held = &whole

@@ -87,9 +87,11 @@ func (e *engine) settleBudget(r *request, used int64, refund bool) {
 // backend.
 func (e *engine) refundBudget(r *request) { e.settleBudget(r, 0, true) }
 
-// settleCompleted settles a generation that ran to its end.
+// settleCompleted settles a generation that ran to its end, with its
+// budgets and its scheduler.
 func (e *engine) settleCompleted(r *request) {
 	e.settleBudget(r, r.cost.prompt+r.cost.output, false)
+	e.disp[r.disp].sched.Settle(r, r.cost.prompt, r.cost.output)
 }
 
 // settleCancelled settles a generation cancelled now: its prompt and the
@@ -102,6 +104,7 @@ func (e *engine) settleCancelled(r *request) {
 		streamed = min(int64(part*float64(r.cost.output)), r.cost.output)
 	}
 	e.settleBudget(r, r.cost.prompt+streamed, false)
+	e.disp[r.disp].sched.Settle(r, r.cost.prompt, streamed)
 }
 
 // rateLimited counts a budget's refusal (429 rate_limited). The client

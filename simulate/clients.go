@@ -47,6 +47,8 @@ type request struct {
 	ten     *tenantState
 	service time.Duration
 	cost    requestCost
+	// queuedCost is the weighted cost it reserved while queued.
+	queuedCost int64
 	// reserved: the current attempt holds a reservation of cost on its
 	// dispatcher's budgets, taken under limits.
 	reserved bool
@@ -134,7 +136,15 @@ func (e *engine) think(ts *tenantState) time.Duration {
 
 func (e *engine) newRequest(ts *tenantState) {
 	e.nextID++
-	r := &request{id: e.nextID, ten: ts, service: e.sampler.draw(ts.svc), cost: ts.drawCost(), arrived: e.now}
+	r := &request{id: e.nextID, ten: ts, arrived: e.now}
+	if m := e.load.Tokens; m != nil {
+		r.cost = ts.drawCost()
+		r.service = m.serviceTime(r.cost)
+	} else {
+		r.service, r.cost = e.sampler.draw(ts.svc), ts.drawCost()
+	}
+	e.serviceSum += r.service.Seconds()
+	e.serviceN++
 	if e.opts.onRequest != nil {
 		e.opts.onRequest(e.kind.name, ts.name, e.now, r.service)
 	}

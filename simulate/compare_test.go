@@ -16,15 +16,21 @@ import (
 // k-th request needs the same service time under every scheduler.
 func TestSameTrafficForEveryScheduler(t *testing.T) {
 	type draw struct{ at, service time.Duration }
-	inputs := map[string]*Input{
-		"small (every arrival process)":   read(t, "../examples/simulate/small.yaml"),
-		"seed overload (closed-loop too)": seedInput(t, "pool.yaml", "load-overload.yaml"),
+	type input struct {
+		in      *Input
+		compare []string
 	}
-	for name, in := range inputs {
+	inputs := map[string]input{
+		"small (every arrival process)":   {read(t, "../examples/simulate/small.yaml"), Baselines},
+		"seed overload (closed-loop too)": {seedInput(t, "pool.yaml", "load-overload.yaml"), Baselines},
+		"service times from tokens":       {read(t, tokensDir+"heavy-tail-pool.yaml", tokensDir+"heavy-tail.yaml"), append(append([]string{}, Baselines...), Variants...)},
+	}
+	for name, tc := range inputs {
+		in := tc.in
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			draws := map[string]map[string][]draw{} // scheduler, tenant
-			opts := Options{Compare: Baselines, checkInvariants: true, onRequest: func(sched, tenant string, at, service time.Duration) {
+			opts := Options{Compare: tc.compare, checkInvariants: true, onRequest: func(sched, tenant string, at, service time.Duration) {
 				if draws[sched] == nil {
 					draws[sched] = map[string][]draw{}
 				}
@@ -33,15 +39,15 @@ func TestSameTrafficForEveryScheduler(t *testing.T) {
 			if _, err := Run(in, opts); err != nil {
 				t.Fatal(err)
 			}
-			if len(draws) != 4 {
-				t.Fatalf("requests seen from %d schedulers, want 4", len(draws))
+			if len(draws) != 1+len(tc.compare) {
+				t.Fatalf("requests seen from %d schedulers, want %d", len(draws), 1+len(tc.compare))
 			}
 			for _, tl := range in.Load.Spec.Tenants {
 				want := draws[SchedTiergate][tl.Tenant]
 				if len(want) < 3 {
 					t.Fatalf("tenant %s sent %d requests: too few to compare", tl.Tenant, len(want))
 				}
-				for _, sched := range Baselines {
+				for _, sched := range tc.compare {
 					got := draws[sched][tl.Tenant]
 					if tl.Arrival.Process != ProcClosed {
 						if diff := cmp.Diff(want, got, cmp.AllowUnexported(draw{})); diff != "" {
@@ -167,11 +173,11 @@ func TestCompareNames(t *testing.T) {
 	}{
 		"all":        {value: "fcfs,strict,seed", want: []string{"fcfs", "strict", "seed"}},
 		"spaces":     {value: " seed , fcfs", want: []string{"seed", "fcfs"}},
-		"empty":      {value: "", err: "no scheduler named (want fcfs, strict or seed)"},
-		"unknown":    {value: "fcfs,lifo", err: `scheduler "lifo" is unknown (want fcfs, strict or seed)`},
-		"empty item": {value: "fcfs,", err: `scheduler "" is unknown (want fcfs, strict or seed)`},
+		"empty":      {value: "", err: "no scheduler named (want fcfs, strict, seed, vtc or vtc-tokenbound)"},
+		"unknown":    {value: "fcfs,lifo", err: `scheduler "lifo" is unknown (want fcfs, strict, seed, vtc or vtc-tokenbound)`},
+		"empty item": {value: "fcfs,", err: `scheduler "" is unknown (want fcfs, strict, seed, vtc or vtc-tokenbound)`},
 		"twice":      {value: "seed,seed", err: `scheduler "seed" is named twice`},
-		"tiergate":   {value: "tiergate", err: `scheduler "tiergate" always runs; name the ones to run next to it (fcfs, strict or seed)`},
+		"tiergate":   {value: "tiergate", err: `scheduler "tiergate" always runs; name the ones to run next to it (fcfs, strict, seed, vtc or vtc-tokenbound)`},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -192,7 +198,7 @@ func TestCompareNames(t *testing.T) {
 	}
 	// Run refuses the same lists.
 	_, err := Run(read(t, "../examples/simulate/small.yaml"), Options{Compare: []string{"fifo"}})
-	if !errors.Is(err, ErrScheduler) || err.Error() != `scheduler "fifo" is unknown (want fcfs, strict or seed)` {
+	if !errors.Is(err, ErrScheduler) || err.Error() != `scheduler "fifo" is unknown (want fcfs, strict, seed, vtc or vtc-tokenbound)` {
 		t.Errorf("Run: %v", err)
 	}
 }

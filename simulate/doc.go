@@ -21,9 +21,14 @@
 //     (scheduler_queue.go) puts the real dispatcher/queue behind it,
 //     baselineScheduler (scheduler_baseline.go) the fcfs, strict and seed
 //     schedulers of internal/baseline that --compare runs on the same
-//     traffic (compare.go, report_compare.go, plot_compare.go);
+//     traffic (compare.go, report_compare.go, plot_compare.go), next to
+//     the real queue's variants vtc (Tokens fairness) and vtc-tokenbound
+//     (Tokens fairness and bounds in weighted tokens);
 //   - the service model (service.go): a dispatched request holds its slot
-//     for a drawn service time (dist.go), then completes or is cancelled;
+//     for a drawn service time (dist.go), or, with the Load's token rates
+//     (spec.tokens, load_rates.go), for its prompt ÷ prefill + output ÷
+//     decode, then completes or is cancelled; the queue is told what it
+//     used (Settle) before its slot is released;
 //   - the budgets (budgets.go): a request's tokens are drawn
 //     (load_tokens.go); each dispatcher reserves them in a tokens.Local on
 //     the fake clock under its policy's budgets before the queue sees the
@@ -34,8 +39,9 @@
 //     spec.coldStart the real queue holds requests within the bounds at
 //     zero, and zero.go counts what was held and warns of the phase;
 //   - accounting (accounting.go): counts, waits, time-weighted queue
-//     lengths, goodput, wasted service, SLO attainment and Jain's index
-//     after the warm-up, per tier and per tenant, turned into a Result
+//     lengths, goodput, wasted service, SLO attainment, Jain's index over
+//     throughput and over weighted tokens (jainTokens) after the warm-up,
+//     per tier and per tenant, turned into a Result
 //     (result.go) and printed (report.go, plot.go).
 //
 // Concurrency model: a run is single-threaded; Run makes one run per

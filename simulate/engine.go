@@ -148,6 +148,10 @@ type engine struct {
 	seq      uint64
 	nextID   uint64
 	sampler  sampler
+	// serviceSum and serviceN are over every request's service time: with
+	// token rates, the Load's mean service time is theirs.
+	serviceSum float64
+	serviceN   int64
 
 	tiers map[string]*tierState
 	// tierList is tiers in base-priority order.
@@ -202,6 +206,9 @@ func Run(in *Input, opts Options) (*Result, error) {
 
 // runOne simulates in with one kind of scheduler.
 func runOne(in *Input, opts Options, kind *schedKind) (*Result, error) {
+	if kind.needsTokens && in.Load.Spec.Tokens == nil {
+		return nil, fmt.Errorf("%w: the Load has no spec.tokens, whose prefill and decode rates the token bounds are computed from", ErrInvalid)
+	}
 	e := newEngine(in, opts, kind)
 	if err := e.setup(); err != nil {
 		return nil, err

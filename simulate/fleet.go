@@ -83,6 +83,8 @@ func (e *engine) settleAll() {
 // checks their invariants.
 func (e *engine) check(end bool) error {
 	queued := make([]int, len(e.tierList))
+	tokens := make([]int64, len(e.tierList))
+	counted := false
 	for d, disp := range e.disp {
 		snap, err := disp.sched.Check(end)
 		if err != nil {
@@ -96,6 +98,10 @@ func (e *engine) check(end bool) error {
 		}
 		for i, ts := range e.tierList {
 			queued[i] += snap.queued(ts.name)
+			if snap.queuedTokens != nil {
+				tokens[i] += snap.queuedTokens(ts.name)
+				counted = true
+			}
 		}
 		for _, ts := range e.tenants {
 			if got := snap.tenantInflight(ts.name); got != ts.at[d].inflight {
@@ -106,6 +112,9 @@ func (e *engine) check(end bool) error {
 	for i, ts := range e.tierList {
 		if queued[i] != ts.queued {
 			return fmt.Errorf("%w: at %s tier %s: the schedulers have %d queued, the simulation %d", ErrInternal, e.now, ts.name, queued[i], ts.queued)
+		}
+		if counted && tokens[i] != ts.queuedTokens {
+			return fmt.Errorf("%w: at %s tier %s: the queues hold %d weighted tokens, the simulation %d", ErrInternal, e.now, ts.name, tokens[i], ts.queuedTokens)
 		}
 	}
 	return nil

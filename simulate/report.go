@@ -52,9 +52,13 @@ func (e *engine) warnings() []string {
 			out = append(out, fmt.Sprintf("TenantQuota %s: tenant %q is already claimed by TenantQuota %s: the quota is not in force", q.QuotaName, q.Tenant, q.DuplicateOf))
 		}
 	}
-	if m := e.sampler.mean; math.Abs(m-pool.ServiceTime.Seconds()) > 0.01*pool.ServiceTime.Seconds() {
-		out = append(out, fmt.Sprintf("the Load's mean service time %s differs from the pool's %s (%s): the bounds assume the pool's",
-			secs(m), pool.ServiceTime, pool.ServiceTimeSource))
+	m, from := e.sampler.mean, ""
+	if e.load.Tokens != nil && e.serviceN > 0 {
+		m, from = e.serviceSum/float64(e.serviceN), " (from its tokens and spec.tokens' rates)"
+	}
+	if math.Abs(m-pool.ServiceTime.Seconds()) > 0.01*pool.ServiceTime.Seconds() {
+		out = append(out, fmt.Sprintf("the Load's mean service time %s%s differs from the pool's %s (%s): the request bounds assume the pool's",
+			secs(m).Round(time.Millisecond), from, pool.ServiceTime, pool.ServiceTimeSource))
 	}
 	if pool.ServiceTimeSource == v1alpha1.ServiceTimeMeasured {
 		out = append(out, "serviceTime.source is Measured: the simulator keeps the declared mean (it does not model the controller's measurement loop)")
@@ -89,10 +93,14 @@ func WriteText(w io.Writer, r *Result) error {
 
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	head := r.figuresHead()
-	fmt.Fprintln(tw, "TIER\t"+head+"SLO\tJAIN\t")
+	jainTok := ""
+	if r.tokens {
+		jainTok = "JAIN TOK\t"
+	}
+	fmt.Fprintln(tw, "TIER\t"+head+"SLO\tJAIN\t"+jainTok)
 	for _, name := range r.tierOrder() {
 		t := r.Tiers[name]
-		fmt.Fprintf(tw, "%s\t%s%.1f%%\t%.3f\t\n", name, r.figuresRow(&t.Figures), 100*t.SLOAttainment, t.Jain)
+		fmt.Fprintf(tw, "%s\t%s%.1f%%\t%.3f\t%s\n", name, r.figuresRow(&t.Figures), 100*t.SLOAttainment, t.Jain, r.jainTokensCell(t))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -227,6 +235,15 @@ func (r *Result) figuresRow(f *Figures) string {
 	}
 	tok := fmt.Sprintf("%d\t%d\t%.0f\t", f.TokensServed.Prompt, f.TokensServed.Completion, r.perMinute(f.TokensServed.Total()))
 	return served + tok + lost + fmt.Sprintf("%d\t", f.Refused.RateLimited) + waits
+}
+
+// jainTokensCell is the tier's jainTokens column, when the run has
+// tokens.
+func (r *Result) jainTokensCell(t *TierResult) string {
+	if !r.tokens {
+		return ""
+	}
+	return fmt.Sprintf("%.3f\t", t.JainTokens)
 }
 
 // perMinute is n per minute of the measured window.

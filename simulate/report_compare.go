@@ -27,6 +27,10 @@ func WriteComparison(w io.Writer, r *Result) error {
 		return nil
 	}
 	fmt.Fprintln(w, "\nCompared on the same arrivals and service times:")
+	for _, name := range r.Schedulers() {
+		fmt.Fprintf(w, "  %-15s %s\n", name, Described[name])
+	}
+	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "POOL\tGOODPUT/S\tWASTED SLOT-S\tOF BUSY\tUTILISATION\t")
 	for _, name := range r.Schedulers() {
@@ -56,7 +60,7 @@ func writeTierComparison(w io.Writer, r *Result, tier string) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	rate := "" // tiergate's budgets, with tokens
 	if r.tokens {
-		rate = "REF rate\tTOK/MIN\t"
+		rate = "REF rate\tTOK/MIN\tJAIN TOK\t"
 	}
 	fmt.Fprintln(tw, "SCHEDULER\tOFFERED\tADMITTED\tSERVED\tTHRU/S\tSHARE\tEXPIRED\tABANDONED\tREF cap\tREF tenant\t"+rate+"SLO\tJAIN\tWAIT mean\tp50\tp95\tp99\tmax\t")
 	for _, name := range r.Schedulers() {
@@ -67,7 +71,7 @@ func writeTierComparison(w io.Writer, r *Result, tier string) error {
 		}
 		rate := ""
 		if r.tokens {
-			rate = fmt.Sprintf("%d\t%.0f\t", f.Refused.RateLimited, r.perMinute(f.TokensServed.Total()))
+			rate = fmt.Sprintf("%d\t%.0f\t%.3f\t", f.Refused.RateLimited, r.perMinute(f.TokensServed.Total()), f.JainTokens)
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%.3f\t%.1f%%\t%d\t%d\t%d\t%d\t%s%.1f%%\t%.3f\t%s\n",
 			name, f.Offered, f.Admitted, f.Served, f.Throughput, 100*f.ThroughputShare, f.Expired, f.Abandoned,

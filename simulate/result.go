@@ -179,6 +179,18 @@ type TierResult struct {
 	// Jain is Jain's fairness index over the throughput of the tier's Load
 	// tenants (0 when none was served).
 	Jain float64 `json:"jain"`
+	// JainTokens is Jain's index over the tier's Load tenants' weighted
+	// tokens served (prompt × inputWeight + completion × outputWeight)
+	// divided by their weights: 1 when each got tokens in proportion to
+	// its weight (0 when no token was served).
+	JainTokens float64 `json:"jainTokens"`
+	// QueueTokenBound and TenantQueueTokenLimit are the tier's bounds in
+	// weighted tokens, pool-wide, when the scheduler bounds by tokens
+	// (vtc-tokenbound); MaxQueuedTokens is the most weighted tokens its
+	// queue held, reserved cost (prompt and maximum output).
+	QueueTokenBound       int64 `json:"queueTokenBound,omitempty"`
+	TenantQueueTokenLimit int64 `json:"tenantQueueTokenLimit,omitempty"`
+	MaxQueuedTokens       int64 `json:"maxQueuedTokens,omitempty"`
 
 	// tolerableWait is the tier's W, the bound of SLOAttainment.
 	tolerableWait time.Duration
@@ -235,6 +247,9 @@ type TenantResult struct {
 	// Budget is the tenant's budgets in force, pool-wide; absent when it
 	// has none (and under a baseline, which has no budgets).
 	Budget *policy.Limits `json:"budget,omitempty"`
+	// TokenShare is the tenant's part of its tier's weighted tokens
+	// served (0 when the tier served none).
+	TokenShare float64 `json:"tokenShare"`
 }
 
 // series is wait over time of one tier in fixed buckets of the whole run.

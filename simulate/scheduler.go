@@ -35,6 +35,9 @@ type scheduler interface {
 	// Withdraw is r's client disconnecting while r is queued. It returns
 	// r's outcome: withdrawn, or dispatched if dispatch won the race.
 	Withdraw(r *request) (outcome, error)
+	// Settle reports, before Release, the tokens a dispatched request
+	// used: the queue replaces the cost it charged at dispatch with them.
+	Settle(r *request, prompt, output int64)
 	// Release gives back the slot of a dispatched request whose generation
 	// completed or was cancelled. It may dispatch queued requests.
 	Release(r *request)
@@ -68,8 +71,11 @@ type outcome struct {
 type snapshot struct {
 	inflight int
 	// admitted counts every admission of the run.
-	admitted       uint64
-	queued         func(tier string) int
+	admitted uint64
+	queued   func(tier string) int
+	// queuedTokens is the reserved cost queued in a tier; nil for a
+	// scheduler that does not count tokens.
+	queuedTokens   func(tier string) int64
 	tenantInflight func(tenant string) int
 }
 
@@ -84,6 +90,8 @@ type schedEnv struct {
 	serviceTime time.Duration
 	// ageing is the pool's ageing rate (time per priority point).
 	ageing time.Duration
+	// tokens is the Load's token model (nil: none).
+	tokens *TokenModel
 }
 
 type tierSpec struct {
@@ -109,6 +117,9 @@ type enforced struct {
 
 type tierLimits struct {
 	bound, tenantLimit, tenantQueueLimit int
+	// tokenBound and tenantTokenLimit are the bounds in weighted tokens
+	// (0: the tier is bounded in requests).
+	tokenBound, tenantTokenLimit int64
 }
 
 // capOf is the in-flight cap of tenant in tier; 0: none.
@@ -124,7 +135,8 @@ func policyLimits(p *policy.Policy) enforced {
 	l := enforced{tiers: map[string]tierLimits{}, tenantCap: map[string]int{},
 		tierBudgets: map[string]*policy.Limits{}, tenantBudgets: map[string]*policy.Limits{}}
 	for _, t := range p.Tiers {
-		l.tiers[t.Name] = tierLimits{bound: t.QueueBound, tenantLimit: t.TenantConcurrencyLimit, tenantQueueLimit: t.TenantQueueLimit}
+		l.tiers[t.Name] = tierLimits{bound: t.QueueBound, tenantLimit: t.TenantConcurrencyLimit, tenantQueueLimit: t.TenantQueueLimit,
+			tokenBound: t.QueueTokenBound, tenantTokenLimit: t.TenantQueueTokenLimit}
 		l.tierBudgets[t.Name] = t.TenantLimits
 	}
 	for _, t := range p.Tenants {

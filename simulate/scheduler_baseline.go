@@ -178,6 +178,10 @@ func (s *baselineScheduler) Withdraw(r *request) (outcome, error) {
 	return outcome{req: r, err: context.Canceled}, nil
 }
 
+// Settle does nothing: the baselines order by arrival and priority alone,
+// never by tokens.
+func (s *baselineScheduler) Settle(*request, int64, int64) {}
+
 func (s *baselineScheduler) Release(r *request) {
 	now := s.env.now()
 	s.impl.Done(&r.job, now)

@@ -33,6 +33,9 @@ type queueScheduler struct {
 	// last collection.
 	resolved uint64
 	queued   map[*request]struct{}
+	// tokenBound is each tier's bound in weighted tokens under the
+	// policy in force (0: bounded in requests), for Check.
+	tokenBound map[string]int64
 }
 
 var _ scheduler = (*queueScheduler)(nil)
@@ -45,16 +48,26 @@ type queueTicket struct {
 
 func newQueueScheduler(clk *clocktesting.FakeClock) *queueScheduler {
 	return &queueScheduler{
-		q:       queue.New(clk),
-		results: make(chan outcome, 256),
-		queued:  map[*request]struct{}{},
+		q:          queue.New(clk),
+		results:    make(chan outcome, 256),
+		queued:     map[*request]struct{}{},
+		tokenBound: map[string]int64{},
 	}
 }
 
-func (s *queueScheduler) UpdatePolicy(p *policy.Policy) { s.q.UpdatePolicy(p) }
+func (s *queueScheduler) UpdatePolicy(p *policy.Policy) {
+	clear(s.tokenBound)
+	for _, t := range p.Tiers {
+		s.tokenBound[t.Name] = t.QueueTokenBound
+	}
+	s.q.UpdatePolicy(p)
+}
 
+// Admit offers r with its reservation, its prompt and the output it may
+// generate, as the dispatcher estimates it (the simulated estimate is
+// exact).
 func (s *queueScheduler) Admit(r *request) error {
-	h, err := s.q.Admit(r.ten.name, r.ten.tier.name)
+	h, err := s.q.AdmitCost(r.ten.name, r.ten.tier.name, queue.Cost{Prompt: r.cost.prompt, Output: r.cost.maxOut})
 	if err != nil {
 		return err
 	}
@@ -137,6 +150,8 @@ func (s *queueScheduler) receive() (outcome, bool) {
 	}
 }
 
+func (s *queueScheduler) Settle(r *request, prompt, output int64) { r.ticket.h.Settle(prompt, output) }
+
 func (s *queueScheduler) Release(r *request) {
 	r.ticket.h.Release()
 }
@@ -163,13 +178,19 @@ func (s *queueScheduler) Close() error {
 
 func (s *queueScheduler) WatchesClients() bool { return true }
 
-// Check checks the queue's bounds (docs/architecture.md#the-queue) and, at the end,
+// Check checks the queue's bounds (docs/architecture.md#the-queue), in
+// requests or in weighted tokens, and, at the end,
 // that every job it admitted ended exactly once or is still queued or in
 // flight, and that no slot was released twice.
 func (s *queueScheduler) Check(end bool) (snapshot, error) {
 	st := s.q.Stats()
 	for name, qt := range st.Tiers {
-		if qt.Queued > qt.Bound {
+		// A request larger than the token bound may queue alone.
+		if tb := s.tokenBound[name]; tb > 0 {
+			if qt.QueuedTokens > tb && qt.Queued > 1 {
+				return snapshot{}, fmt.Errorf("%w: tier %s: %d weighted tokens in %d queued requests exceed its token bound %d", ErrInternal, name, qt.QueuedTokens, qt.Queued, tb)
+			}
+		} else if qt.Queued > qt.Bound {
 			return snapshot{}, fmt.Errorf("%w: tier %s: %d queued exceeds its bound %d", ErrInternal, name, qt.Queued, qt.Bound)
 		}
 	}
@@ -189,6 +210,7 @@ func (s *queueScheduler) Check(end bool) (snapshot, error) {
 		inflight:       st.InFlight,
 		admitted:       t.Admitted,
 		queued:         func(tier string) int { return st.Tiers[tier].Queued },
+		queuedTokens:   func(tier string) int64 { return st.Tiers[tier].QueuedTokens },
 		tenantInflight: func(tenant string) int { return st.TenantInFlight[tenant] },
 	}, nil
 }

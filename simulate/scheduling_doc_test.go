@@ -16,19 +16,21 @@ import (
 type docScenario struct {
 	name  string
 	files []string
-	res   *Result
+	// compare is what the scenario runs next to tiergate.
+	compare []string
+	res     *Result
 }
 
 func docScenarios() []*docScenario {
 	seed := func(pool, load string) []string {
 		return []string{"examples/simulate/seed/" + pool, "examples/simulate/seed/tiers.yaml", "examples/simulate/seed/quotas.yaml", "examples/simulate/compare/" + load}
 	}
-	return []*docScenario{
-		{name: "seed-2x", files: seed("pool.yaml", "seed-2x.yaml")},
-		{name: "premium-overload", files: seed("pool-4m.yaml", "premium-overload.yaml")},
-		{name: "noisy-tenant", files: seed("pool-4m.yaml", "noisy-tenant.yaml")},
-		{name: "scale-down", files: seed("pool-4m.yaml", "scale-down.yaml")},
-	}
+	return append([]*docScenario{
+		{name: "seed-2x", files: seed("pool.yaml", "seed-2x.yaml"), compare: Baselines},
+		{name: "premium-overload", files: seed("pool-4m.yaml", "premium-overload.yaml"), compare: Baselines},
+		{name: "noisy-tenant", files: seed("pool-4m.yaml", "noisy-tenant.yaml"), compare: Baselines},
+		{name: "scale-down", files: seed("pool-4m.yaml", "scale-down.yaml"), compare: Baselines},
+	}, tokenDocScenarios()...)
 }
 
 // TestSchedulingDoc regenerates docs/scheduling.md and its figures from
@@ -46,7 +48,7 @@ func TestSchedulingDoc(t *testing.T) {
 			paths = append(paths, filepath.Join("..", f))
 		}
 		in := read(t, paths...)
-		wg.Go(func() { sc.res, errs[i] = Run(in, Options{Compare: Baselines}) })
+		wg.Go(func() { sc.res, errs[i] = Run(in, Options{Compare: sc.compare}) })
 	}
 	wg.Wait()
 	for _, err := range errs {
@@ -103,7 +105,7 @@ func renderSchedulingDoc(scs []*docScenario) ([]byte, error) {
 			if err != nil {
 				return "", err
 			}
-			return "tiergate simulate -f " + strings.Join(sc.files, " -f ") + " --compare fcfs,strict,seed", nil
+			return "tiergate simulate -f " + strings.Join(sc.files, " -f ") + " --compare " + strings.Join(sc.compare, ","), nil
 		},
 		"tables": func(name string) (string, error) {
 			sc, err := get(name)
@@ -137,6 +139,7 @@ func renderSchedulingDoc(scs []*docScenario) ([]byte, error) {
 			return othersTable(sc.res, tier, except), nil
 		},
 	}
+	addTokenDocFuncs(funcs, get)
 	tmpl, err := template.New("scheduling.md.tmpl").Funcs(funcs).ParseFiles(filepath.Join("testdata", "scheduling.md.tmpl"))
 	if err != nil {
 		return nil, err
@@ -190,6 +193,18 @@ func tierFigure(r *Result, tier, field string) (string, error) {
 		return fmt.Sprintf("%.0f s", t.MaxWait), nil
 	case "expired":
 		return fmt.Sprint(t.Expired), nil
+	case "jainTokens":
+		return fmt.Sprintf("%.3f", t.JainTokens), nil
+	case "worst":
+		return fmt.Sprintf("%.0f s", t.Wait.Max), nil
+	case "underLimitsWorst":
+		return fmt.Sprintf("%.0f s", t.UnderLimits.MaxWait), nil
+	case "tokenBound":
+		return fmt.Sprint(t.QueueTokenBound), nil
+	case "tenantTokenLimit":
+		return fmt.Sprint(t.TenantQueueTokenLimit), nil
+	case "tokensPerMin":
+		return fmt.Sprintf("%.0f", r.perMinute(t.TokensServed.Total())), nil
 	}
 	return "", fmt.Errorf("no tier figure %q", field)
 }

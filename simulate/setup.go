@@ -59,7 +59,7 @@ func (e *engine) setup() error {
 
 // newEnv is what the schedulers know of the pool beyond their policy.
 func (e *engine) newEnv() *schedEnv {
-	env := &schedEnv{clk: e.clk, index: map[string]int{}, serviceTime: e.first.Pool.ServiceTime, ageing: e.first.Pool.AgeingRate}
+	env := &schedEnv{clk: e.clk, index: map[string]int{}, serviceTime: e.first.Pool.ServiceTime, ageing: e.first.Pool.AgeingRate, tokens: e.load.Tokens}
 	share := map[string]float64{}
 	for _, t := range e.in.Tiers {
 		share[t.Name] = t.Spec.TenantShare.AsApproximateFloat64()
@@ -77,6 +77,7 @@ func (e *engine) stateLimits() {
 	for name, tr := range e.res.Tiers {
 		tl := e.stated.tiers[name]
 		tr.Bound, tr.TenantLimit, tr.TenantQueueLimit = tl.bound, tl.tenantLimit, tl.tenantQueueLimit
+		tr.QueueTokenBound, tr.TenantQueueTokenLimit = tl.tokenBound, tl.tenantTokenLimit
 	}
 	for _, ts := range e.tenants {
 		ts.res.TenantLimit = e.stated.capOf(ts.name, ts.tier.name)
