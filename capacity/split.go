@@ -44,7 +44,9 @@ func basePolicy(pool *v1alpha1.ModelPool, spec *v1alpha1.ModelPoolSpec, b PoolBo
 // splitPolicies gives n dispatchers one policy each. In Local mode each
 // gets its slice of the pool's slots (shareSlots: none for an excluded
 // one), the pool-wide bounds scaled by its slot fraction and its part of
-// the budgets (budgets.go); in Redis mode each gets the pool-wide numbers.
+// the budgets (budgets.go); in Redis mode each gets the pool-wide numbers,
+// except the token bounds and their drain rate, which are its slice in
+// both modes (the Gate counts queued requests, not their tokens).
 // While held every policy has 0 slots and no backends, and the fractions
 // are those of the first replica's C slots. It returns the budgets' split
 // too, for the tenants' status.
@@ -60,7 +62,7 @@ func splitPolicies(base policy.Policy, r rates, tiers []TierBounds, live []liveT
 	}
 	var out []policy.Policy
 	for i := 0; i < n; i++ {
-		s := part{mine: r.boundsFor, pool: r.boundsFor, whole: whole, held: r.held(), budgets: budgets, index: i}
+		s := part{mine: r.boundsFor, pool: r.boundsFor, share: slots[i], whole: whole, held: r.held(), budgets: budgets, index: i}
 		if !whole {
 			s.mine = slots[i]
 		}
@@ -72,6 +74,10 @@ func splitPolicies(base policy.Policy, r rates, tiers []TierBounds, live []liveT
 // part is one dispatcher's slice of a pool of P slots (C while held).
 type part struct {
 	mine, pool int64
+	// share is this dispatcher's slice of the slots in either mode: token
+	// bounds are split by it in Redis mode too, since the fleet's Gate
+	// counts queued requests, not their tokens.
+	share int64
 	// whole is true when the dispatcher holds pool-wide numbers (Redis).
 	whole bool
 	// held is true while the pool is at zero, holding for its first
@@ -121,7 +127,11 @@ func (s part) policy(base policy.Policy, r rates, tiers []TierBounds, live []liv
 	if !s.whole && s.pool > 0 {
 		// This dispatcher drains its own slice of the pool.
 		pol.ServiceRate, _ = r.perSecond(s.mine).Float64()
-		pol.TokenServiceRate = tokenServiceRate(r.tokens, s.mine)
+	}
+	if s.pool > 0 && pol.TokenServiceRate > 0 {
+		// Token bounds are this dispatcher's slice in both modes, and so
+		// is the rate that drains them.
+		pol.TokenServiceRate = tokenServiceRate(r.tokens, s.share)
 	}
 	pol.Tiers = make([]policy.Tier, 0, len(tiers))
 	for _, tb := range tiers {

@@ -122,16 +122,18 @@ func clampTokens(v *big.Int) int64 {
 	return v.Int64()
 }
 
-// tokens scales a pool-wide token bound to this part as of does a count:
-// floor(v × mine / P), at least 1; 0 stays 0 (no token bound), and while
-// held it follows bound.
+// tokens scales a pool-wide token bound to this part's slice of the slots
+// (share, in Redis mode too: each dispatcher enforces its token bounds
+// alone, so the slices must add up to the pool's): floor(v × share / P),
+// at least 1; 0 stays 0 (no token bound), and while held a part with no
+// share of the first replica holds nothing, as bound.
 func (s part) tokens(v int64) int64 {
-	if v == 0 || (s.held && !s.whole && s.mine == 0) {
+	if v == 0 || (s.held && s.share == 0) {
 		return 0
 	}
-	if s.whole || s.pool == 0 {
+	if s.pool == 0 {
 		return v
 	}
-	n := new(big.Int).Mul(big.NewInt(v), big.NewInt(s.mine))
+	n := new(big.Int).Mul(big.NewInt(v), big.NewInt(s.share))
 	return atLeastOne(floorDiv(n, big.NewInt(s.pool)).Int64())
 }

@@ -198,10 +198,13 @@ func TestTokenBoundsSplit(t *testing.T) {
 			{5, []int64{3658, 14633, 43902}, []int64{914, 1463, 1756}, 5 * r, 5.0 / 6},
 			{4, []int64{2926, 11707, 35121}, []int64{731, 1170, 1404}, 4 * r, 4.0 / 6},
 		}},
-		"Redis, two: the pool's": {pool: seed.Pool(withTokenBounds(2000, 50), func(p *v1alpha1.ModelPool) { p.Spec.SharedState = v1alpha1.SharedStateRedis }),
+		// The Gate counts queued requests, not tokens: each dispatcher
+		// enforces its slice of the token bounds, drained at its slice of
+		// the rate; slots and request rates stay the pool's.
+		"Redis, two: token bounds split, the rest the pool's": {pool: seed.Pool(withTokenBounds(2000, 50), func(p *v1alpha1.ModelPool) { p.Spec.SharedState = v1alpha1.SharedStateRedis }),
 			replicas: 6, dispatchers: 2, want: []row{
-				{24, []int64{17560, 70243, 210731}, []int64{4390, 7024, 8429}, 24 * r, 4},
-				{24, []int64{17560, 70243, 210731}, []int64{4390, 7024, 8429}, 24 * r, 4},
+				{24, []int64{8780, 35121, 105365}, []int64{2195, 3512, 4214}, 12 * r, 4},
+				{24, []int64{8780, 35121, 105365}, []int64{2195, 3512, 4214}, 12 * r, 4},
 			}},
 		// C = 4 over 5 while held: the fifth holds nothing.
 		"held, Local, one without a share": {pool: seed.Pool(withTokenBounds(2000, 50), seed.WithColdStart(10*time.Second)),
