@@ -22,16 +22,16 @@ import (
 
 // Dispatcher is one dispatcher process's state.
 type Dispatcher struct {
-	cfg   Config
-	q     *queue.Queue
-	gate  *fleet.Redis // nil in local mode
+	cfg  Config
+	q    *queue.Queue
+	gate *fleet.Redis // nil in local mode
 	// counters share Tokens fairness's counters in fleet mode (nil in
 	// local mode).
 	counters *fleet.Counters
-	bal   *balancer.Balancer
-	m     *metrics.Metrics
-	srv   *server.Server
-	admin http.Handler
+	bal      *balancer.Balancer
+	m        *metrics.Metrics
+	srv      *server.Server
+	admin    http.Handler
 
 	mu  sync.Mutex // serialises Apply
 	pol atomic.Pointer[policy.Policy]
@@ -217,7 +217,7 @@ func (d *Dispatcher) levels() metrics.Snapshot {
 	for name, t := range st.Tiers {
 		s.Tiers[name] = metrics.TierLevel{Queued: t.Queued, Bound: t.Bound, OldestAge: t.OldestAge,
 			QueuedTokens: t.QueuedTokens, TokenBound: t.TokenBound,
-			Fair: fair, FairnessGap: t.FairnessGapTokens}
+			Fair: fair, FairnessGap: t.FairnessGapTokens, FairnessGapBound: t.FairnessGapBoundTokens}
 	}
 	for _, l := range d.bal.Snapshot() {
 		s.Backends[l.Address] = l.Outstanding

@@ -119,6 +119,7 @@ func (q *Queue) charge(j *job) {
 	ts.vc += d
 	tr := ts.tier
 	tr.lastServed, tr.hasLast = ts.vc, true
+	tr.maxCharge = max(tr.maxCharge, d)
 	h.charged, h.charge, h.chargeTr, h.fairEpoch = true, d, tr, q.fairEpoch
 	h.wcost, h.weight, h.fair = j.wcost, ts.weight, q.fair
 	q.sinkDelta(tr.name, ts.id, d)
@@ -206,6 +207,7 @@ func (q *Queue) resetFair() {
 		tr.idle = nil
 		tr.sweepAt = idleSweepMin
 		tr.lastServed, tr.hasLast = 0, false
+		tr.maxCharge = 0
 	}
 }
 

@@ -71,8 +71,14 @@ func TestVTCBound(t *testing.T) {
 			if lim := max(d0, u); gap > lim*(1+1e-12) {
 				t.Fatalf("seed %d run %d step %d: |c_f − c_g| = %v over max(D0 %v, U %v)", seed, run, step, gap, d0, u)
 			}
-			if g := q.Stats().Tiers["std"].FairnessGapTokens; g < gap*(1-1e-12) {
+			st := q.Stats().Tiers["std"]
+			if g := st.FairnessGapTokens; g < gap*(1-1e-12) {
 				t.Fatalf("FairnessGapTokens %v below the gap %v of two backlogged tenants", g, gap)
+			}
+			// The bound the metric reports is U over the jobs dispatched
+			// so far (x's included), and it holds too.
+			if b := st.FairnessGapBoundTokens; b <= 0 || gap > max(d0, b)*(1+1e-12) {
+				t.Fatalf("seed %d run %d step %d: gap %v, D0 %v, reported bound %v (u %v)", seed, run, step, gap, d0, b, u)
 			}
 		}
 	}

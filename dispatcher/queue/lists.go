@@ -137,6 +137,7 @@ type tierState struct {
 	sweepAt         int
 	lastServed      float64
 	hasLast         bool
+	maxCharge       float64 // the largest charge (cost ÷ weight) since Tokens mode began
 
 	dispatched, abandoned, expired, drained uint64
 	refusedCapacity, refusedTenant          uint64

@@ -52,6 +52,13 @@ type TierStats struct {
 	// tier's backlogged tenants (weighted tokens ÷ weight); 0 in Requests
 	// mode or with fewer than two backlogged.
 	FairnessGapTokens float64
+	// FairnessGapBoundTokens is what Tokens mode promises of that gap:
+	// the largest single charge (cost ÷ weight) dispatched in the tier
+	// since the mode began, U in docs/scheduling.md's bound. Settlement
+	// corrections and, in fleet mode, the counters' sync lag may move
+	// counters past it (docs/scheduling.md#fairness-within-a-tier); 0 in
+	// Requests mode.
+	FairnessGapBoundTokens float64
 	// TokenDrainRate is weighted tokens/s dispatched from this tier (an
 	// EWMA beside DrainRate); 0 until measured.
 	TokenDrainRate float64
@@ -119,6 +126,9 @@ func (q *Queue) Stats() Stats {
 			ts.TokenDrainRate = r
 		}
 		ts.FairnessGapTokens = gaps[tr]
+		if q.tokens {
+			ts.FairnessGapBoundTokens = tr.maxCharge
+		}
 		ts.OfferedLoad = tr.offered.rate(now, q.offeredSince)
 		s.Tiers[name] = ts
 	}

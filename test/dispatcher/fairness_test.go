@@ -78,11 +78,6 @@ func TestTokenFairnessLive(t *testing.T) {
 			// queued at the end are served after it, one tenant's as many
 			// as the other's, and would blur the shares.
 			st := sim.Stats(t)
-			// Both became backlogged together, so the counters stay
-			// within the largest charge, a long request's cost (the
-			// estimate is exact here: 4 bytes a token, as simserver
-			// counts, and max_tokens is the output).
-			gaps.bound = float64(longPrompt + 2*output)
 			wg.Wait()
 
 			for tenant, c := range codes {
@@ -109,6 +104,14 @@ func TestTokenFairnessLive(t *testing.T) {
 				if gaps.n == 0 {
 					t.Error("no fairness gap sampled while both tenants were backlogged")
 				}
+				// Both became backlogged together, so the counters stay
+				// within the largest charge, a long request's cost (the
+				// estimate is exact here: 4 bytes a token, as simserver
+				// counts, and max_tokens is the output), which the
+				// dispatcher reports as the bound.
+				if want := float64(longPrompt + 2*output); gaps.bound != want {
+					t.Errorf("reported fairness gap bound %.0f, want the long request's cost %.0f", gaps.bound, want)
+				}
 				if gaps.maxGap > gaps.bound {
 					t.Errorf("fairness gap %.0f exceeded its bound %.0f", gaps.maxGap, gaps.bound)
 				}
@@ -122,8 +125,8 @@ type gapSamples struct {
 	maxGap, bound float64
 }
 
-// sampleGaps reads the tier's fairness gap from the dispatcher's stats
-// every 100 ms until ctx ends.
+// sampleGaps reads the tier's fairness gap and its bound from the
+// dispatcher's stats every 100 ms until ctx ends.
 func sampleGaps(ctx context.Context, t *testing.T, d *disp, tier string) gapSamples {
 	t.Helper()
 	var g gapSamples
@@ -141,5 +144,6 @@ func sampleGaps(ctx context.Context, t *testing.T, d *disp, tier string) gapSamp
 		}
 		g.n++
 		g.maxGap = max(g.maxGap, ts.FairnessGapTokens)
+		g.bound = max(g.bound, ts.FairnessGapBoundTokens)
 	}
 }
