@@ -46,6 +46,14 @@
 // dispatcher of the pool takes from the same budgets. A failed call is an
 // error wrapping ErrBudgetsUnavailable; budgets have no degraded mode.
 //
+// Fairness counters. Counters (from Redis.Counters) shares the virtual
+// token counters of Tokens fairness: one hash per tier under the pool's
+// hash tag, to which each dispatcher adds its charges (HINCRBYFLOAT) and
+// from which it reads the others' back in one script round trip
+// (countersScript), every DefaultCounterSync while its queue has work.
+// It hands the queue what the other dispatchers charged (the totals minus
+// what it sent), so the queue's own charges count once.
+//
 // Concurrency model: the queue calls Enqueue (from every admission at
 // once) and Exchange (from its pump, one at a time) without its own lock.
 // One mutex guards the Gate's ledger and mode; it is never held across a
@@ -55,5 +63,7 @@
 // by Close: the renewal loop (ticker), the pub/sub subscriber and the
 // waker, which calls the queue's Kick for coalesced wake-up signals.
 // Budgets holds no state of its own: its calls run concurrently on the
-// Gate's client.
+// Gate's client. Counters guards its pending and sent deltas with its own
+// mutex, never held across a round trip; its Run loop is one goroutine the
+// dispatcher starts and stops.
 package fleet
