@@ -68,6 +68,9 @@ type PoolReconciler struct {
 	TokenSecret string
 	// JWKS fetches the key sets of JWT pools whose keys come from a URL.
 	JWKS *JWKSFetcher
+	// quotaStatus writes the quotas' statuses off the reconcile path;
+	// nil writes them inline (unit tests).
+	quotaStatus *statusBatches
 	// health are the time constants of the failing-dispatcher rules; zero
 	// takes defaultHealthTuning (tests shorten them).
 	health healthTuning
@@ -131,7 +134,11 @@ func (r *PoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	if err := r.writeTierStatus(ctx, &pool, obs, c.bounds, stamp); err != nil {
 		return ctrl.Result{}, err
 	}
-	if err := r.writeQuotaStatus(ctx, &pool, obs, c.bounds, stamp); err != nil {
+	if r.quotaStatus != nil {
+		r.quotaStatus.submit(req.NamespacedName, func(ctx context.Context) error {
+			return r.writeQuotaStatus(ctx, &pool, obs, c.bounds, stamp)
+		})
+	} else if err := r.writeQuotaStatus(ctx, &pool, obs, c.bounds, stamp); err != nil {
 		return ctrl.Result{}, err
 	}
 	return mem.requeue(now, period), nil
@@ -244,8 +251,21 @@ func (r *PoolReconciler) forget(ctx context.Context, key types.NamespacedName, s
 		if _, err := patchStatus(ctx, r.Client, t, &t.Status, orphanTierStatus(t.Status, t.Generation, key.Name, stamp), lastWriteWins); client.IgnoreNotFound(err) != nil {
 			return err
 		}
+	}
+	orphans := func(ctx context.Context) error { return r.orphanQuotas(ctx, key.Namespace, tiers.Items, stamp) }
+	if r.quotaStatus != nil {
+		// After, and instead of, any batch of the pool still pending.
+		r.quotaStatus.submit(key, orphans)
+		return nil
+	}
+	return orphans(ctx)
+}
+
+// orphanQuotas says PoolNotFound in the status of every quota of tiers.
+func (r *PoolReconciler) orphanQuotas(ctx context.Context, ns string, tiers []v1alpha1.ServiceTier, stamp metav1.Time) error {
+	for i := range tiers {
 		var quotas v1alpha1.TenantQuotaList
-		if err := r.Client.List(ctx, &quotas, client.InNamespace(key.Namespace), client.MatchingFields{indexQuotaTier: t.Name}); err != nil {
+		if err := r.Client.List(ctx, &quotas, client.InNamespace(ns), client.MatchingFields{indexQuotaTier: tiers[i].Name}); err != nil {
 			return err
 		}
 		for j := range quotas.Items {

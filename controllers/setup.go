@@ -111,6 +111,10 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Config) error {
 	if opts.PushTokenSecret.Name != "" {
 		pools.TokenSecret = opts.PushTokenSecret.String()
 	}
+	pools.quotaStatus = newStatusBatches(mgr.GetLogger().WithName("quota-status"))
+	if err := mgr.Add(pools.quotaStatus); err != nil {
+		return err
+	}
 	if err := setupPoolController(mgr, pools, notes, opts.MaxConcurrentReconciles); err != nil {
 		return err
 	}
