@@ -30,8 +30,9 @@ type change struct {
 	Latency, FromDeployment time.Duration
 	PerDispatcher           []time.Duration
 	// Versions are the distinct policy versions the dispatchers applied
-	// during the change, Applies how many applies (PUTs taken) in all.
-	Versions, Applies int
+	// during the change, Applies how many applies (PUTs taken) in all,
+	// Duplicates the applies of a version the dispatcher already held.
+	Versions, Applies, Duplicates int
 	// CPU is the controller's CPU time over the change, PeakRSS its
 	// highest resident set (sampled every 100 ms).
 	CPU     time.Duration
@@ -69,17 +70,22 @@ func (c *change) measure(b *bench, before, after snapshot) {
 		c.PerDispatcher = append(c.PerDispatcher, s.Sub(c.ReadyAt))
 	}
 	versions := map[int64]bool{}
-	c.Applies = 0
+	c.Applies, c.Duplicates = 0, 0
 	for _, d := range b.ds {
 		lines, err := ParseApplied(d.Output(), time.Local)
 		if err != nil {
 			continue // settledAll parsed them a moment ago
 		}
+		held := map[int64]bool{}
 		for _, l := range Since(lines, c.Start) {
-			if l.At.Before(c.End) {
-				versions[l.Version] = true
-				c.Applies++
+			if !l.At.Before(c.End) {
+				break
 			}
+			if held[l.Version] {
+				c.Duplicates++
+			}
+			held[l.Version], versions[l.Version] = true, true
+			c.Applies++
 		}
 	}
 	c.Versions = len(versions)
@@ -89,9 +95,9 @@ func (c *change) measure(b *bench, before, after snapshot) {
 }
 
 func (c change) line() string {
-	return fmt.Sprintf("scale %d -> %d: Ready %s after kubectl scale; every dispatcher held it %s later (%s after the Deployment's status); %d versions, %d applies; controller CPU %s, peak RSS %s, REST %d reads %d writes",
+	return fmt.Sprintf("scale %d -> %d: Ready %s after kubectl scale; every dispatcher held it %s later (%s after the Deployment's status); %d versions, %d applies (%d duplicates); controller CPU %s, peak RSS %s, REST %d reads %d writes",
 		c.From, c.To, c.ReadyAt.Sub(c.Start).Round(time.Millisecond), c.Latency.Round(time.Millisecond), c.FromDeployment.Round(time.Millisecond),
-		c.Versions, c.Applies, c.CPU, mib(c.PeakRSS), c.REST.Reads, c.REST.Writes)
+		c.Versions, c.Applies, c.Duplicates, c.CPU, mib(c.PeakRSS), c.REST.Reads, c.REST.Writes)
 }
 
 func mib(b int64) string { return fmt.Sprintf("%.0f MiB", float64(b)/(1<<20)) }
@@ -148,11 +154,11 @@ func (b *bench) result(t *testing.T, first snapshot, changes []change, load stri
 func (r result) table() string {
 	var s strings.Builder
 	ms := func(d time.Duration) string { return fmt.Sprintf("%d", d.Milliseconds()) }
-	fmt.Fprintf(&s, "| change | kubectl scale → Ready (ms) | Ready → all dispatchers (ms) | Deployment status → all (ms) | versions | applies | controller CPU (ms) | peak RSS | reads (REST / audit) | writes (REST / audit) | writes by resource (audit) |\n")
+	fmt.Fprintf(&s, "| change | kubectl scale → Ready (ms) | Ready → all dispatchers (ms) | Deployment status → all (ms) | versions | applies (duplicates) | controller CPU (ms) | peak RSS | reads (REST / audit) | writes (REST / audit) | writes by resource (audit) |\n")
 	fmt.Fprintf(&s, "|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, c := range r.Changes {
-		fmt.Fprintf(&s, "| %d → %d | %s | %s | %s | %d | %d | %s | %s | %d / %d | %d / %d | %s |\n",
-			c.From, c.To, ms(c.ReadyAt.Sub(c.Start)), ms(c.Latency), ms(c.FromDeployment), c.Versions, c.Applies,
+		fmt.Fprintf(&s, "| %d → %d | %s | %s | %s | %d | %d (%d) | %s | %s | %d / %d | %d / %d | %s |\n",
+			c.From, c.To, ms(c.ReadyAt.Sub(c.Start)), ms(c.Latency), ms(c.FromDeployment), c.Versions, c.Applies, c.Duplicates,
 			ms(c.CPU), mib(c.PeakRSS), c.REST.Reads, c.Audit.Reads, c.REST.Writes, c.Audit.Writes, writesBy(c.Audit.WritesBy))
 	}
 	fmt.Fprintf(&s, "\nReady → every dispatcher over %d changes: p50 %s ms, p99 %s ms; per dispatcher (%d samples): p50 %s ms, p99 %s ms.\n",

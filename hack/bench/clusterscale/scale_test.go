@@ -7,8 +7,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/tiergate/tiergate/internal/testutil"
 )
 
 // EnableEnv runs TestClusterScale when set to 1; `make bench-cluster`
@@ -181,7 +179,9 @@ const concurrencyPerReplica = 4
 func (b *bench) awaitChange(t *testing.T, c change, timeout time.Duration) change {
 	t.Helper()
 	var why string
-	err := testutil.Poll(timeout, func() error {
+	// Every time comes from a watch or a log, not from this loop, so it
+	// may look only ten times a second.
+	err := poll(timeout, 100*time.Millisecond, func() error {
 		var ok, now bool
 		if c.ReadyAt, ok, now = b.pool.ready.reached(c.Start, c.To); !ok || !now {
 			return fmt.Errorf("ready pods not at %d", c.To)
@@ -205,6 +205,19 @@ func (b *bench) awaitChange(t *testing.T, c change, timeout time.Duration) chang
 	c.End = b.awaitQuiet(t, c)
 	b.current = c.To
 	return c
+}
+
+// poll calls f every period until it returns nil, or returns its last
+// error after timeout.
+func poll(timeout, period time.Duration, f func() error) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		err := f()
+		if err == nil || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(period)
+	}
 }
 
 // awaitQuiet waits until no dispatcher applied a policy for c.Quiet and
