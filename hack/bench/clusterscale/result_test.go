@@ -41,6 +41,18 @@ type change struct {
 	// Audit the API server's of the controller's user.
 	REST  Requests
 	Audit Requests
+	// Applied are the first dispatcher's applies during the change, and
+	// Writes when the controller's writes began and ended, both from
+	// ReadyAt: the change's timeline.
+	Applied []Step
+	Writes  [2]time.Duration
+}
+
+// Step is one apply of a change's timeline.
+type Step struct {
+	AfterReady      time.Duration
+	Version         int64
+	Backends, Slots int
 }
 
 // snapshot is the controller's counters at one moment.
@@ -80,6 +92,9 @@ func (c *change) measure(b *bench, before, after snapshot) {
 		for _, l := range Since(lines, c.Start) {
 			if !l.At.Before(c.End) {
 				break
+			}
+			if d == b.ds[0] {
+				c.Applied = append(c.Applied, Step{AfterReady: l.At.Sub(c.ReadyAt), Version: l.Version, Backends: l.Backends, Slots: l.Slots})
 			}
 			if held[l.Version] {
 				c.Duplicates++
@@ -137,6 +152,7 @@ func (b *bench) result(t *testing.T, first snapshot, changes []change, load stri
 	for i := range r.Changes {
 		c := &r.Changes[i]
 		c.Audit = CountRequests(evs, controllerUser, c.Start, c.End)
+		c.Writes = writeSpan(evs, c)
 		r.Audit.Reads += c.Audit.Reads
 		r.Audit.Writes += c.Audit.Writes
 		for k, v := range c.Audit.WritesBy {
@@ -148,6 +164,36 @@ func (b *bench) result(t *testing.T, first snapshot, changes []change, load stri
 	r.P50, r.P99 = Percentile(lat, .5), Percentile(lat, .99)
 	r.DispatcherP50, r.DispatcherP99 = Percentile(per, .5), Percentile(per, .99)
 	return r
+}
+
+// writeSpan is when the controller's first and last writes of c were
+// received, from c.ReadyAt.
+func writeSpan(evs []AuditEvent, c *change) [2]time.Duration {
+	var first, last time.Time
+	for _, e := range evs {
+		if e.User != controllerUser || isRead(e.Verb) || e.At.Before(c.Start) || !e.At.Before(c.End) {
+			continue
+		}
+		if first.IsZero() {
+			first = e.At
+		}
+		last = e.At
+	}
+	if first.IsZero() {
+		return [2]time.Duration{}
+	}
+	return [2]time.Duration{first.Sub(c.ReadyAt), last.Sub(c.ReadyAt)}
+}
+
+// timeline is a change's applies and writes, relative to its readiness
+// change.
+func (c change) timeline() string {
+	var parts []string
+	for _, s := range c.Applied {
+		parts = append(parts, fmt.Sprintf("v%d %d backends %d slots at %+dms", s.Version, s.Backends, s.Slots, s.AfterReady.Milliseconds()))
+	}
+	return fmt.Sprintf("%d -> %d: the Deployment's status at %+dms; dispatcher 0 applied %s; the controller's writes from %+dms to %+dms",
+		c.From, c.To, c.DeploymentAt.Sub(c.ReadyAt).Milliseconds(), strings.Join(parts, ", "), c.Writes[0].Milliseconds(), c.Writes[1].Milliseconds())
 }
 
 // table is the run as Markdown, for docs/benchmarks.md.
@@ -165,9 +211,20 @@ func (r result) table() string {
 		len(r.Changes), ms(r.P50), ms(r.P99), len(r.Changes)*r.Config.Dispatchers, ms(r.DispatcherP50), ms(r.DispatcherP99))
 	fmt.Fprintf(&s, "Controller over the changes: CPU %s ms; RSS peak %s since start, %s at the end; requests: REST %d reads %d writes, audit %d reads %d writes (%s).\n",
 		ms(r.CPU), mib(r.HWM), mib(r.RSS), r.REST.Reads, r.REST.Writes, r.Audit.Reads, r.Audit.Writes, writesBy(r.Audit.WritesBy))
-	fmt.Fprintf(&s, "%d pods, %d dispatchers, %d TenantQuotas, %d Nodes, cold start %s; load average %s before, %s after.\n",
-		r.Config.Pods, r.Config.Dispatchers, r.Config.Quotas, r.Config.Nodes, r.Config.ColdStart, r.LoadBefore, r.LoadAfter)
+	fmt.Fprintf(&s, "%d pods, %d dispatchers, %d TenantQuotas, %d Nodes, cold start %s, controller QPS %s; load average %s before, %s after.\n",
+		r.Config.Pods, r.Config.Dispatchers, r.Config.Quotas, r.Config.Nodes, r.Config.ColdStart, qps(r.Config.ControllerQPS), r.LoadBefore, r.LoadAfter)
+	s.WriteString("\nTimelines, from each readiness change:\n")
+	for _, c := range r.Changes {
+		fmt.Fprintf(&s, "- %s\n", c.timeline())
+	}
 	return s.String()
+}
+
+func qps(n int) string {
+	if n == 0 {
+		return "its default (--kube-api-qps 50, burst 100)"
+	}
+	return fmt.Sprintf("%d (burst %d)", n, 2*n)
 }
 
 func writesBy(m map[string]int) string {

@@ -20,6 +20,9 @@ type config struct {
 	// Quiet is how long a change must go without an apply to be over.
 	Quiet   time.Duration
 	PodCIDR string
+	// ControllerQPS, when not zero, is the controller's --kube-api-qps
+	// (its burst twice that).
+	ControllerQPS int
 	// Out, when set, is where the figures are written as JSON.
 	Out string
 }
@@ -30,9 +33,9 @@ func configFromEnv(t *testing.T) config {
 		Pods: envInt(t, "SCALE_PODS", 1000), Dispatchers: envInt(t, "SCALE_DISPATCHERS", 20),
 		Quotas: envInt(t, "SCALE_QUOTAS", 200), Rounds: envInt(t, "SCALE_ROUNDS", 3), Nodes: envInt(t, "SCALE_NODES", 10),
 		ColdStart: envDuration(t, "SCALE_COLD_START", 2*time.Second), TerminationDelay: envDuration(t, "SCALE_TERMINATION_DELAY", time.Second),
-		Quiet: envDuration(t, "SCALE_QUIET", 3*time.Second), PodCIDR: randomPodCIDR(), Out: os.Getenv("SCALE_OUT"),
+		Quiet: envDuration(t, "SCALE_QUIET", 3*time.Second), PodCIDR: randomPodCIDR(), ControllerQPS: envInt(t, "SCALE_CONTROLLER_QPS", 0), Out: os.Getenv("SCALE_OUT"),
 	}
-	if c.Pods < 2 || c.Dispatchers < 1 || c.Quotas < 0 || c.Rounds < 1 || c.Nodes < 1 {
+	if c.Pods < 2 || c.Dispatchers < 1 || c.Quotas < 0 || c.Rounds < 1 || c.Nodes < 1 || c.ControllerQPS < 0 {
 		t.Fatalf("SCALE_PODS %d (>= 2), SCALE_DISPATCHERS %d (>= 1), SCALE_QUOTAS %d (>= 0), SCALE_ROUNDS %d and SCALE_NODES %d (>= 1)",
 			c.Pods, c.Dispatchers, c.Quotas, c.Rounds, c.Nodes)
 	}

@@ -220,7 +220,8 @@ func (b *bench) dispatcherPorts(t *testing.T) (admin, data int) {
 }
 
 // startController runs `tiergate controller` as controllerUser (a
-// cluster admin) with its default client limits and push settings.
+// cluster admin) with its default push settings, and its default client
+// limits unless cfg.ControllerQPS says otherwise.
 func (b *bench) startController(t *testing.T, bin, token, dir string) {
 	t.Helper()
 	kubeconfig := filepath.Join(dir, "controller.kubeconfig")
@@ -230,13 +231,17 @@ func (b *bench) startController(t *testing.T, bin, token, dir string) {
 	}
 	probe := testutil.FreeAddr(t, "127.0.0.1")
 	b.ctrlMetrics = testutil.FreeAddr(t, "127.0.0.1")
-	cmd := exec.Command(bin, "controller",
+	args := []string{"controller",
 		"--kubeconfig", kubeconfig,
 		"--leader-elect=false",
 		"--metrics-bind-address", b.ctrlMetrics,
 		"--health-probe-bind-address", probe,
 		"--push-token-file", token,
-	)
+	}
+	if q := b.cfg.ControllerQPS; q > 0 {
+		args = append(args, "--kube-api-qps", strconv.Itoa(q), "--kube-api-burst", strconv.Itoa(2*q))
+	}
+	cmd := exec.Command(bin, args...)
 	b.ctrl = testutil.StartT(t, cmd, testutil.Options{Name: "tiergate controller", Grace: 10 * time.Second, LogBytes: 20000})
 	testutil.WaitHTTP(t, b.ctrl, "http://"+probe+"/readyz", http.StatusOK, 30*time.Second)
 	b.rss = sampleRSS(t, b.ctrl.Pid(), 100*time.Millisecond)
