@@ -124,6 +124,24 @@ bench: ## Run the benchmarks behind docs/benchmarks.md (queue, dispatcher vs ngi
 	go test -run '^$$' -bench BenchmarkSeedHourOverload -benchmem -count $(BENCH_COUNT) ./simulate/
 	bash hack/bench-dispatcher.sh $(BENCH_COUNT)
 
+# The cluster scale figure: SCALE_PODS model pods on kwok, SCALE_DISPATCHERS
+# dispatcher processes, SCALE_QUOTAS TenantQuotas, SCALE_ROUNDS scales to
+# half and back. Develop with SCALE_PODS=100 SCALE_DISPATCHERS=4 SCALE_QUOTAS=20.
+SCALE_PODS        ?= 1000
+SCALE_DISPATCHERS ?= 20
+SCALE_QUOTAS      ?= 200
+SCALE_ROUNDS      ?= 3
+
+.PHONY: bench-cluster
+bench-cluster: ## Measure the controller and dispatchers following kubectl scale of a large Deployment on kwok (docs/benchmarks.md "Cluster scale"); writes bin/bench-cluster.{txt,json}
+	hack/tools.sh k8s kwok
+	@# A listener on each of the pod network's 2,046 addresses, and the clients' descriptors.
+	ulimit -n "$$(ulimit -Hn)"; \
+	TIERGATE_CLUSTER_SCALE=1 SCALE_PODS=$(SCALE_PODS) SCALE_DISPATCHERS=$(SCALE_DISPATCHERS) \
+	SCALE_QUOTAS=$(SCALE_QUOTAS) SCALE_ROUNDS=$(SCALE_ROUNDS) SCALE_OUT=$(BIN)/bench-cluster.json \
+	KUBEBUILDER_ASSETS=$(BIN)/k8s go test -count=1 -timeout=60m -run '^TestClusterScale$$' -v ./hack/bench/clusterscale/ \
+		| tee $(BIN)/bench-cluster.txt
+
 .PHONY: scheduling-doc
 scheduling-doc: ## Regenerate docs/scheduling.md and its figures from the scenarios in examples/simulate/compare
 	go test ./simulate/ -count=1 -run '^TestSchedulingDoc$$' -update
