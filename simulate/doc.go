@@ -27,10 +27,10 @@
 //     the same path;
 //   - the service model (service.go): a dispatched request holds its slot
 //     for a drawn service time (dist.go), or, with the pool's declared
-//     token rates (spec.tokens, pool_tokens.go), for its prompt ÷ prefill
-//     + output ÷ decode, then completes or is cancelled; the queue is
-//     told what it used (Settle) before its slot is released, as served
-//     (ReleaseServed) when its client got the answer;
+//     token rates (spec.tokens, pool_tokens.go), for its prompt ÷
+//     prefill plus output ÷ decode, then completes or is cancelled; the
+//     queue is told what it used (Settle) before its slot is released,
+//     as served (ReleaseServed) when its client got the answer;
 //   - the budgets (budgets.go): a request's tokens are drawn
 //     (load_tokens.go); each dispatcher reserves them in a tokens.Local on
 //     the fake clock under its policy's budgets before the queue sees the

@@ -22,12 +22,12 @@ import (
 func TestVariantPools(t *testing.T) {
 	const rates = "{prefillTokensPerSecond: 1000, decodeTokensPerSecond: 50}"
 	type got struct {
-		Fairness                       *v1alpha1.Fairness
-		BoundBy                        v1alpha1.QueueBoundBy
-		PolicyFairness                 *policy.Fairness
-		TokenServiceRate               float64
-		QueueTokenBound, TenantTokens  int64
-		QueueBound                     int
+		Fairness                      *v1alpha1.Fairness
+		BoundBy                       v1alpha1.QueueBoundBy
+		PolicyFairness                *policy.Fairness
+		TokenServiceRate              float64
+		QueueTokenBound, TenantTokens int64
+		QueueBound                    int
 	}
 	tokensOf := func(p *policy.Policy) *policy.Fairness { return p.Fairness }
 	tests := map[string]struct {
@@ -41,7 +41,7 @@ func TestVariantPools(t *testing.T) {
 			PolicyFairness: &policy.Fairness{Mode: policy.FairnessTokens, InputWeight: 1, OutputWeight: 2}, QueueBound: 4}},
 		"vtc-tokenbound of a pool in Requests mode": {pool: tokenPool(4, "10s", rates, ""), kind: SchedVTCTokenBound, wantR: 1000.0 / 7, want: got{
 			Fairness: &v1alpha1.Fairness{Mode: v1alpha1.FairnessTokens, InputWeight: 1, OutputWeight: 2}, BoundBy: v1alpha1.BoundByTokens,
-			PolicyFairness: &policy.Fairness{Mode: policy.FairnessTokens, InputWeight: 1, OutputWeight: 2},
+			PolicyFairness:   &policy.Fairness{Mode: policy.FairnessTokens, InputWeight: 1, OutputWeight: 2},
 			TokenServiceRate: 4000.0 / 7, QueueTokenBound: 5714, TenantTokens: 5714, QueueBound: 4}},
 		// The pool's own weights stay; vtc bounds in requests even when the
 		// pool bounds in tokens. (2, 5): r = 7 × 1000 × 50 ÷ 1050 = 1000/3.
@@ -52,7 +52,7 @@ func TestVariantPools(t *testing.T) {
 		"vtc-tokenbound of a pool with its weights": {
 			pool: tokenPool(4, "10s", rates, "{mode: Requests, inputWeight: 2, outputWeight: 5}"), kind: SchedVTCTokenBound, wantR: 1000.0 / 3,
 			want: got{Fairness: &v1alpha1.Fairness{Mode: v1alpha1.FairnessTokens, InputWeight: 2, OutputWeight: 5}, BoundBy: v1alpha1.BoundByTokens,
-				PolicyFairness: &policy.Fairness{Mode: policy.FairnessTokens, InputWeight: 2, OutputWeight: 5},
+				PolicyFairness:   &policy.Fairness{Mode: policy.FairnessTokens, InputWeight: 2, OutputWeight: 5},
 				TokenServiceRate: 4000.0 / 3, QueueTokenBound: 13333, TenantTokens: 13333, QueueBound: 4}},
 	}
 	for name, tc := range tests {
@@ -124,7 +124,7 @@ func TestServiceTimeFromTokens(t *testing.T) {
 	b := "{tenant: b, arrival: {process: burst, at: 0s, count: 1}, promptTokens: {distribution: constant, mean: 300}, outputTokens: {distribution: constant, mean: 20}, maxTokens: 20}"
 	type figures struct {
 		Util, JainTokens, ShareA, ShareB, WaitB, Measured float64
-		Tokens                                  TokenCounts
+		Tokens                                            TokenCounts
 	}
 	tests := map[string]struct {
 		fairness string
