@@ -57,7 +57,7 @@ func runSimulate(args []string, stdout, stderr io.Writer) int {
 	plotPath := fs.String("plot", "", "write wait over time per tier to this PNG file")
 	fs.Var(&seed, "seed", "random seed; overrides the Load's spec.seed")
 	var compare []string
-	fs.Func("compare", "also run these schedulers on the same traffic, comma-separated: fcfs, strict, seed, vtc (Tokens fairness), vtc-tokenbound (Tokens fairness and token bounds, needs the Load's spec.tokens)", func(v string) error {
+	fs.Func("compare", "also run these schedulers on the same traffic, comma-separated: fcfs, strict, seed, vtc (Tokens fairness), vtc-tokenbound (Tokens fairness and token bounds, needs the pool's spec.tokens rates)", func(v string) error {
 		names, err := simulate.ParseCompare(v)
 		compare = names
 		return err

@@ -266,7 +266,7 @@ func TestSimulateCommandCompare(t *testing.T) {
 // docs/scheduling.md with the token variants: the JSON carries each
 // scheduler's tokensServed, tokenShare and jainTokens, and the token
 // bound vtc-tokenbound computed; the tables name what each scheduler is.
-// vtc-tokenbound refuses a Load without token rates.
+// vtc-tokenbound refuses a pool without token rates.
 func TestSimulateCommandTokens(t *testing.T) {
 	files := []string{"simulate", "-f", "examples/simulate/tokens/long-prompts-pool.yaml", "-f", "examples/simulate/tokens/long-prompts.yaml", "--compare", "vtc,vtc-tokenbound"}
 	var stdout, stderr bytes.Buffer
@@ -282,8 +282,12 @@ func TestSimulateCommandTokens(t *testing.T) {
 		QueueTokenBound int64   `json:"queueTokenBound"`
 	}
 	type result struct {
-		Tiers   map[string]tier   `json:"tiers"`
-		Tenants map[string]tenant `json:"tenants"`
+		Tiers             map[string]tier   `json:"tiers"`
+		Tenants           map[string]tenant `json:"tenants"`
+		MeasuredTokenRate float64           `json:"measuredTokenRate"`
+		Policy            struct {
+			TokenRate float64 `json:"tokenRate"`
+		} `json:"policy"`
 	}
 	var doc struct {
 		result
@@ -305,6 +309,15 @@ func TestSimulateCommandTokens(t *testing.T) {
 		if j := r.Tiers["standard"].JainTokens; j <= 0 || j > 1 {
 			t.Errorf("%s: jainTokens %v", sched, j)
 		}
+		// Every answer is a chat one (500 per 5.05 s) or a rag one (4400
+		// per 7 s), so what the queue measures is between the two.
+		if m := r.MeasuredTokenRate; m < 500/5.05 || m > 4400/7.0 {
+			t.Errorf("%s: measuredTokenRate %v, want between %v and %v", sched, m, 500/5.05, 4400/7.0)
+		}
+	}
+	// r = 3 × 2000 × 40 ÷ 2040, for the token bounds only.
+	if got := [3]float64{doc.Policy.TokenRate, doc.Compare["vtc"].Policy.TokenRate, doc.Compare["vtc-tokenbound"].Policy.TokenRate}; got != [3]float64{0, 0, 117.647059} {
+		t.Errorf("policy.tokenRate of tiergate, vtc, vtc-tokenbound = %v, want [0 0 117.647059]", got)
 	}
 	if got := [3]int64{doc.Tiers["standard"].QueueTokenBound, doc.Compare["vtc"].Tiers["standard"].QueueTokenBound, doc.Compare["vtc-tokenbound"].Tiers["standard"].QueueTokenBound}; got != [3]int64{0, 0, 56470} {
 		t.Errorf("queueTokenBound of tiergate, vtc, vtc-tokenbound = %v, want [0 0 56470]", got)
@@ -316,8 +329,8 @@ func TestSimulateCommandTokens(t *testing.T) {
 	}
 	want := "Compared on the same arrivals and service times:\n" +
 		"  tiergate        tiergate's queue as configured\n" +
-		"  vtc             tiergate's queue, Tokens fairness, bounded in requests\n" +
-		"  vtc-tokenbound  tiergate's queue, Tokens fairness, bounded in weighted tokens\n"
+		"  vtc             tiergate, the pool with fairness.mode Tokens, tokens.boundBy Requests\n" +
+		"  vtc-tokenbound  tiergate, the pool with fairness.mode Tokens, tokens.boundBy Tokens\n"
 	if !strings.Contains(stdout.String(), want) {
 		t.Errorf("the tables lack\n%s\n%s", want, stdout.String())
 	}
@@ -327,7 +340,7 @@ func TestSimulateCommandTokens(t *testing.T) {
 	if code := dispatch([]string{"simulate", "-f", smallExample, "--compare", "vtc-tokenbound"}, &stdout, &stderr); code != 1 {
 		t.Errorf("exit code %d for vtc-tokenbound without token rates, want 1", code)
 	}
-	wantErr := "tiergate simulate: --compare vtc-tokenbound: invalid: the Load has no spec.tokens, whose prefill and decode rates the token bounds are computed from\n"
+	wantErr := "tiergate simulate: --compare vtc-tokenbound: invalid: the pool declares no spec.tokens.prefillTokensPerSecond and decodeTokensPerSecond, from which the token bounds are computed\n"
 	if diff := cmp.Diff(wantErr, stderr.String()); diff != "" {
 		t.Errorf("stderr (-want +got):\n%s", diff)
 	}

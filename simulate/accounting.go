@@ -141,6 +141,7 @@ func (e *engine) finish() *Result {
 	res.Goodput = round6(float64(served) / window)
 	res.busySlotSeconds = e.inflightArea
 	res.WastedServiceSeconds = round6(e.wasted)
+	res.MeasuredTokenRate = e.measuredTokenRate()
 	for _, ts := range e.tiers {
 		tr := ts.res
 		tr.finish(window)
@@ -215,3 +216,20 @@ func (e *engine) finishTokens() {
 // weighted is c's cost under the policy's weights: prompt × inputWeight +
 // completion × outputWeight.
 func (e *engine) weighted(c TokenCounts) int64 { return e.fair.Cost(c.Prompt, c.Completion) }
+
+// measuredTokenRate combines the dispatchers' measured tokens per
+// slot-second, weighted by the answers each served.
+func (e *engine) measuredTokenRate() float64 {
+	var sum float64
+	var n uint64
+	for _, d := range e.disp {
+		if rate, served := d.sched.Measured(); rate > 0 && served > 0 {
+			sum += rate * float64(served)
+			n += served
+		}
+	}
+	if n == 0 {
+		return 0
+	}
+	return round6(sum / float64(n))
+}

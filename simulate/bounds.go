@@ -26,15 +26,6 @@ type policyState struct {
 	weight map[string]int
 }
 
-// shape is the policy the run's scheduler gets: the Load's fairness
-// weights, then the scheduler's own mode and bounds (vtc, vtc-tokenbound).
-func (e *engine) shape(p *policy.Policy) {
-	e.load.Tokens.fairness(p)
-	if e.kind.shape != nil {
-		e.kind.shape(p, e.env)
-	}
-}
-
 // noteWeights keeps the cost weights and tenant weights of the pool-wide
 // policy p.
 func (e *engine) noteWeights(p *policy.Policy) {
@@ -106,7 +97,6 @@ func (e *engine) applyPolicy(b capacity.Bounds, replicas int32) error {
 	for d, disp := range e.disp {
 		pol := b.PolicyFor(d)
 		pol.Version = e.version
-		e.shape(&pol)
 		if err := pol.Validate(); err != nil {
 			return fmt.Errorf("%w: the computed policy is invalid: %w", ErrInternal, err)
 		}
@@ -123,7 +113,6 @@ func (e *engine) applyPolicy(b capacity.Bounds, replicas int32) error {
 		}
 	}
 	wp := whole.PolicyFor(0)
-	e.shape(&wp)
 	stated := e.kind.limits(&wp, e.env)
 	e.noteWeights(&wp)
 	e.held = nil

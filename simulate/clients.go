@@ -137,7 +137,7 @@ func (e *engine) think(ts *tenantState) time.Duration {
 func (e *engine) newRequest(ts *tenantState) {
 	e.nextID++
 	r := &request{id: e.nextID, ten: ts, arrived: e.now}
-	if m := e.load.Tokens; m != nil {
+	if m := e.rates; m != nil {
 		r.cost = ts.drawCost()
 		r.service = m.serviceTime(r.cost)
 	} else {
@@ -261,7 +261,7 @@ func (e *engine) giveUp(r *request) {
 	})
 	e.waste(r.dispatchAt, e.now)
 	e.settleCancelled(r)
-	e.release(r)
+	e.release(r, false)
 	e.finalOutcome(r, 0)
 	e.settle(r.disp)
 }

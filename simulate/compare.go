@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	policy "github.com/tiergate/tiergate/api/policy/v1"
+	"github.com/tiergate/tiergate/api/v1alpha1"
+	"github.com/tiergate/tiergate/capacity"
 )
 
 // Scheduler names. tiergate always runs; --compare adds the others.
@@ -14,9 +16,9 @@ const (
 	SchedFCFS     = "fcfs"
 	SchedStrict   = "strict"
 	SchedSeed     = "seed"
-	// SchedVTC is tiergate's queue with Tokens fairness and its request
-	// bounds; SchedVTCTokenBound the same bounded in weighted tokens, so
-	// that the bounds' effect shows apart from the order's.
+	// SchedVTC is tiergate with the pool in fairness mode Tokens and
+	// boundBy Requests; SchedVTCTokenBound the same with boundBy Tokens,
+	// so that the bounds' effect shows apart from the order's.
 	SchedVTC           = "vtc"
 	SchedVTCTokenBound = "vtc-tokenbound"
 )
@@ -34,8 +36,8 @@ var Described = map[string]string{
 	SchedFCFS:          "one FIFO over all tiers",
 	SchedStrict:        "strict priority between tiers, FIFO within",
 	SchedSeed:          "the seed's scheduler",
-	SchedVTC:           "tiergate's queue, Tokens fairness, bounded in requests",
-	SchedVTCTokenBound: "tiergate's queue, Tokens fairness, bounded in weighted tokens",
+	SchedVTC:           "tiergate, the pool with fairness.mode Tokens, tokens.boundBy Requests",
+	SchedVTCTokenBound: "tiergate, the pool with fairness.mode Tokens, tokens.boundBy Tokens",
 }
 
 // ErrScheduler reports a bad --compare list.
@@ -48,68 +50,72 @@ type schedKind struct {
 	name   string
 	build  func(env *schedEnv) scheduler
 	limits func(p *policy.Policy, env *schedEnv) enforced
-	// shape, when set, changes every policy the run pushes.
-	shape func(p *policy.Policy, env *schedEnv)
-	// needsTokens: the kind needs the Load's spec.tokens.
-	needsTokens bool
+	// vary, when set, makes the kind a variant of tiergate: it changes a
+	// copy of the pool, which then runs through tiergate's code path (the
+	// controller's bounds, the real queue), as a user would configure it.
+	vary func(spec *v1alpha1.ModelPoolSpec) error
 }
 
 var kinds = map[string]*schedKind{
-	SchedTiergate: {
-		name:   SchedTiergate,
-		build:  func(env *schedEnv) scheduler { return newQueueScheduler(env.clk) },
-		limits: func(p *policy.Policy, _ *schedEnv) enforced { return policyLimits(p) },
-	},
+	SchedTiergate: {name: SchedTiergate, build: newTiergate, limits: tiergateLimits},
 	SchedFCFS: {
 		name:   SchedFCFS,
 		build:  newFCFS,
 		limits: func(*policy.Policy, *schedEnv) enforced { return enforced{} },
 	},
-	SchedStrict: {name: SchedStrict, build: newStrict, limits: strictLimits},
-	SchedSeed:   {name: SchedSeed, build: newSeed, limits: seedLimits},
-	SchedVTC: {
-		name:   SchedVTC,
-		build:  func(env *schedEnv) scheduler { return newQueueScheduler(env.clk) },
-		limits: func(p *policy.Policy, _ *schedEnv) enforced { return policyLimits(p) },
-		shape:  func(p *policy.Policy, _ *schedEnv) { tokensFairness(p) },
-	},
-	SchedVTCTokenBound: {
-		name:   SchedVTCTokenBound,
-		build:  func(env *schedEnv) scheduler { return newQueueScheduler(env.clk) },
-		limits: func(p *policy.Policy, _ *schedEnv) enforced { return policyLimits(p) },
-		shape: func(p *policy.Policy, env *schedEnv) {
-			tokensFairness(p)
-			tokenBounds(p, env)
-		},
-		needsTokens: true,
-	},
+	SchedStrict:        {name: SchedStrict, build: newStrict, limits: strictLimits},
+	SchedSeed:          {name: SchedSeed, build: newSeed, limits: seedLimits},
+	SchedVTC:           {name: SchedVTC, build: newTiergate, limits: tiergateLimits, vary: tokenFairness},
+	SchedVTCTokenBound: {name: SchedVTCTokenBound, build: newTiergate, limits: tiergateLimits, vary: tokenBounds},
 }
 
-// tokensFairness puts p in Tokens fairness, with its weights.
-func tokensFairness(p *policy.Policy) {
-	f := p.FairnessOf()
-	f.Mode = policy.FairnessTokens
-	p.Fairness = &f
+func newTiergate(env *schedEnv) scheduler { return newQueueScheduler(env.clk) }
+
+func tiergateLimits(p *policy.Policy, _ *schedEnv) enforced { return policyLimits(p) }
+
+// tokenFairness is vtc's pool: spec.fairness.mode Tokens, keeping its
+// weights, and spec.tokens.boundBy Requests, so that what differs from
+// the pool as configured is the order alone.
+func tokenFairness(spec *v1alpha1.ModelPoolSpec) error {
+	f := v1alpha1.Fairness{}
+	if spec.Fairness != nil {
+		f = *spec.Fairness
+	}
+	f.Mode = v1alpha1.FairnessTokens
+	spec.Fairness = &f
+	if spec.Tokens != nil {
+		t := *spec.Tokens
+		t.BoundBy = v1alpha1.BoundByRequests
+		spec.Tokens = &t
+	}
+	return nil
 }
 
-// tokenBounds bounds p's tiers in weighted tokens, as the controller is
-// to with spec.tokens.boundBy Tokens: each tier at slots × r × min(W,
-// clientTimeout), r the slot's rate at the balanced reference
-// (slotTokenRate), each tenant at its tier's share of that, and the
-// token drain rate for Retry-After at slots × r. A policy without slots
-// keeps its request bounds.
-func tokenBounds(p *policy.Policy, env *schedEnv) {
-	m := env.tokens
-	rate := slotTokenRate(p.FairnessOf(), m.PrefillTokensPerSecond, m.DecodeTokensPerSecond)
-	if p.Slots <= 0 {
-		return
+// tokenBounds is vtc-tokenbound's pool: vtc's with spec.tokens.boundBy
+// Tokens. The controller then bounds each tier at P × r × min(W,
+// clientTimeout) weighted tokens, r from the pool's declared rates,
+// which it needs: the simulator does not model a measured one.
+func tokenBounds(spec *v1alpha1.ModelPoolSpec) error {
+	if poolTokenRates(spec) == nil {
+		return fmt.Errorf("%w: the pool declares no spec.tokens.prefillTokensPerSecond and decodeTokensPerSecond, from which the token bounds are computed", ErrInvalid)
 	}
-	p.TokenServiceRate = float64(p.Slots) * rate
-	for i := range p.Tiers {
-		t := &p.Tiers[i]
-		t.QueueTokenBound = queueTokenBound(p.Slots, rate, secs(t.TolerableWaitSeconds), secs(p.ClientTimeoutSeconds))
-		t.TenantQueueTokenLimit = tenantTokenLimit(t.QueueTokenBound, env.tiers[env.index[t.Name]].share)
+	if err := tokenFairness(spec); err != nil {
+		return err
 	}
+	spec.Tokens.BoundBy = v1alpha1.BoundByTokens
+	return nil
+}
+
+// variantInput is in with a copy of its pool changed by vary and
+// defaulted again; the other documents are shared, read-only.
+func variantInput(in *Input, vary func(*v1alpha1.ModelPoolSpec) error) (*Input, error) {
+	c := *in
+	c.Pool = in.Pool.DeepCopy()
+	if err := vary(&c.Pool.Spec); err != nil {
+		return nil, err
+	}
+	capacity.ApplyDefaults(&c.Pool.Spec)
+	return &c, nil
 }
 
 // ParseCompare reads a --compare value: baseline names separated by

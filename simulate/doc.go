@@ -22,13 +22,15 @@
 //     baselineScheduler (scheduler_baseline.go) the fcfs, strict and seed
 //     schedulers of internal/baseline that --compare runs on the same
 //     traffic (compare.go, report_compare.go, plot_compare.go), next to
-//     the real queue's variants vtc (Tokens fairness) and vtc-tokenbound
-//     (Tokens fairness and bounds in weighted tokens);
+//     tiergate's variants vtc and vtc-tokenbound, which run a copy of the
+//     pool changed to fairness mode Tokens (and boundBy Tokens) through
+//     the same path;
 //   - the service model (service.go): a dispatched request holds its slot
-//     for a drawn service time (dist.go), or, with the Load's token rates
-//     (spec.tokens, load_rates.go), for its prompt ÷ prefill + output ÷
-//     decode, then completes or is cancelled; the queue is told what it
-//     used (Settle) before its slot is released;
+//     for a drawn service time (dist.go), or, with the pool's declared
+//     token rates (spec.tokens, pool_tokens.go), for its prompt ÷
+//     prefill plus output ÷ decode, then completes or is cancelled; the
+//     queue is told what it used (Settle) before its slot is released,
+//     as served (ReleaseServed) when its client got the answer;
 //   - the budgets (budgets.go): a request's tokens are drawn
 //     (load_tokens.go); each dispatcher reserves them in a tokens.Local on
 //     the fake clock under its policy's budgets before the queue sees the

@@ -148,6 +148,8 @@ type engine struct {
 	seq      uint64
 	nextID   uint64
 	sampler  sampler
+	// rates are the pool's token rates; nil: service times are drawn.
+	rates *tokenRates
 	// serviceSum and serviceN are over every request's service time: with
 	// token rates, the Load's mean service time is theirs.
 	serviceSum float64
@@ -191,7 +193,7 @@ func Run(in *Input, opts Options) (*Result, error) {
 		return nil, err
 	}
 	for _, name := range opts.Compare {
-		other, err := runOne(in, opts, kinds[name])
+		other, err := runScheduler(in, opts, kinds[name])
 		if err != nil {
 			return nil, fmt.Errorf("--compare %s: %w", name, err)
 		}
@@ -204,11 +206,20 @@ func Run(in *Input, opts Options) (*Result, error) {
 	return res, nil
 }
 
+// runScheduler simulates in with kind, a variant on its changed copy of the
+// pool.
+func runScheduler(in *Input, opts Options, kind *schedKind) (*Result, error) {
+	if kind.vary != nil {
+		var err error
+		if in, err = variantInput(in, kind.vary); err != nil {
+			return nil, err
+		}
+	}
+	return runOne(in, opts, kind)
+}
+
 // runOne simulates in with one kind of scheduler.
 func runOne(in *Input, opts Options, kind *schedKind) (*Result, error) {
-	if kind.needsTokens && in.Load.Spec.Tokens == nil {
-		return nil, fmt.Errorf("%w: the Load has no spec.tokens, whose prefill and decode rates the token bounds are computed from", ErrInvalid)
-	}
 	e := newEngine(in, opts, kind)
 	if err := e.setup(); err != nil {
 		return nil, err

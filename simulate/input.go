@@ -223,7 +223,11 @@ func (rd *reader) finish() (*Input, error) {
 		return nil, fmt.Errorf("%w: pass one with -f (kind: Load)", ErrMissingLoad)
 	}
 	in.Pool = rd.pools[0]
-	return in, in.resolve()
+	if err := in.resolve(); err != nil {
+		return in, err
+	}
+	in.Warnings = append(in.Warnings, tokenWarnings(&in.Pool.Spec)...)
+	return in, in.checkLoadTokens()
 }
 
 // firstStrict turns a strict-decoding error list into one error. The
@@ -261,6 +265,8 @@ func defaultPool(p *v1alpha1.ModelPool, raw map[string]any) error {
 	if _, set := spec["ageing"]; !set {
 		s.Ageing.Rate = &metav1.Duration{Duration: capacity.DefaultAgeingRate}
 	}
+	// Before the defaults, which would fill a field given as 0.
+	tokenErrs := checkPoolTokens(s, spec)
 	capacity.ApplyDefaults(s)
 
 	var errs []string
@@ -293,6 +299,7 @@ func defaultPool(p *v1alpha1.ModelPool, raw map[string]any) error {
 	default:
 		errs = append(errs, fmt.Sprintf("spec.sharedState: Unsupported value: %q: supported values: \"Local\", \"Redis\"", s.SharedState))
 	}
+	errs = append(errs, tokenErrs...)
 	if len(errs) > 0 {
 		return fmt.Errorf("%w: %s", ErrInvalid, strings.Join(errs, "; "))
 	}
@@ -332,6 +339,8 @@ func validateQuota(q *v1alpha1.TenantQuota, raw map[string]any) error {
 	if q.Spec.MaxConcurrency != nil && *q.Spec.MaxConcurrency < 1 {
 		errs = append(errs, fmt.Sprintf("spec.maxConcurrency: must be at least 1, got %d", *q.Spec.MaxConcurrency))
 	}
+	spec, _ := raw["spec"].(map[string]any)
+	errs = append(errs, inRange("spec.weight", spec, "weight", q.Spec.Weight, v1alpha1.MaxTokenWeight)...)
 	errs = append(errs, validateBudgets(raw, "limits", q.Spec.Limits)...)
 	if len(errs) > 0 {
 		return fmt.Errorf("%w: %s", ErrInvalid, strings.Join(errs, "; "))

@@ -53,15 +53,11 @@ type LoadSpec struct {
 	// Seed makes the run reproducible; --seed overrides it.
 	Seed uint64 `json:"seed,omitempty"`
 	// ServiceTime is how long a dispatched request holds its slot. Omitted,
-	// it is exponential with the pool's declared mean; refused with
-	// Tokens, whose rates set it.
+	// it is exponential with the pool's declared mean; refused when the
+	// pool declares token rates, which then set it (pool_tokens.go).
 	ServiceTime *ServiceTimeSpec `json:"serviceTime,omitempty"`
 	// Tenants and their traffic.
 	Tenants []TenantLoad `json:"tenants"`
-	// Tokens, when set, gives the pool's per-slot token rates, which then
-	// set every request's service time from its tokens, and the fairness
-	// weights of its cost (load_rates.go).
-	Tokens *TokenModel `json:"tokens,omitempty"`
 	// Dispatchers is how many dispatcher pods share the pool (default 1).
 	// In Local mode each gets its slice, as the controller splits it, and
 	// attempts go to them round-robin; in Redis mode they act as one.
@@ -147,7 +143,6 @@ func (s *LoadSpec) validate() error {
 	s.checkReplicaChanges(v)
 	s.checkServiceTime(v)
 	s.checkTenants(v)
-	s.checkTokenModel(v)
 	if len(v.errs) > 0 {
 		return fmt.Errorf("%w: %s", ErrInvalid, strings.Join(v.errs, "; "))
 	}

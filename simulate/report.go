@@ -53,8 +53,8 @@ func (e *engine) warnings() []string {
 		}
 	}
 	m, from := e.sampler.mean, ""
-	if e.load.Tokens != nil && e.serviceN > 0 {
-		m, from = e.serviceSum/float64(e.serviceN), " (from its tokens and spec.tokens' rates)"
+	if e.rates != nil && e.serviceN > 0 {
+		m, from = e.serviceSum/float64(e.serviceN), " (from its tokens and the pool's token rates)"
 	}
 	if math.Abs(m-pool.ServiceTime.Seconds()) > 0.01*pool.ServiceTime.Seconds() {
 		out = append(out, fmt.Sprintf("the Load's mean service time %s%s differs from the pool's %s (%s): the request bounds assume the pool's",

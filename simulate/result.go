@@ -29,6 +29,12 @@ type Result struct {
 	// generations whose client had already left or left before the answer
 	// came.
 	WastedServiceSeconds float64 `json:"wastedServiceSeconds"`
+	// MeasuredTokenRate is the weighted tokens per slot-second the
+	// queues measured over the answers served (each dispatcher's
+	// tokensPerSlotSecond, weighted by what it served, as the controller
+	// combines them into status.observedTokenRate); 0 when nothing was
+	// measured, as with the baselines.
+	MeasuredTokenRate float64 `json:"measuredTokenRate,omitempty"`
 	// Policy is the pool-wide computation at the Load's initial replicas.
 	Policy PolicySummary `json:"policy"`
 	// PolicyChanges are the recomputations after replica changes.
@@ -66,6 +72,10 @@ type PolicySummary struct {
 	// HorizonExceedsClientTimeout is the controller's
 	// AgeingHorizonExceedsClientTimeout condition.
 	HorizonExceedsClientTimeout bool `json:"horizonExceedsClientTimeout"`
+	// TokenRate is r, the weighted tokens per slot-second behind the
+	// tiers' token bounds (status.tokenRate); 0 when they are bounded in
+	// requests.
+	TokenRate float64 `json:"tokenRate,omitempty"`
 }
 
 // PolicyChange is one recomputation of the bounds.

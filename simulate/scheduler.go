@@ -39,8 +39,14 @@ type scheduler interface {
 	// used: the queue replaces the cost it charged at dispatch with them.
 	Settle(r *request, prompt, output int64)
 	// Release gives back the slot of a dispatched request whose generation
-	// completed or was cancelled. It may dispatch queued requests.
-	Release(r *request)
+	// completed or was cancelled; served says its client got the answer,
+	// which makes its time in the slot a measurement (the queue's
+	// ReleaseServed). It may dispatch queued requests.
+	Release(r *request, served bool)
+	// Measured is the weighted tokens per slot-second the scheduler
+	// measured over its served, settled requests, and how many were
+	// served; 0, 0 for one that does not measure.
+	Measured() (tokensPerSlotSecond float64, served uint64)
 	// NextDeadline is the simulated time at which the oldest queued request
 	// expires; false when none will.
 	NextDeadline() (time.Duration, bool)
@@ -90,8 +96,6 @@ type schedEnv struct {
 	serviceTime time.Duration
 	// ageing is the pool's ageing rate (time per priority point).
 	ageing time.Duration
-	// tokens is the Load's token model (nil: none).
-	tokens *TokenModel
 }
 
 type tierSpec struct {

@@ -182,7 +182,10 @@ func (s *baselineScheduler) Withdraw(r *request) (outcome, error) {
 // never by tokens.
 func (s *baselineScheduler) Settle(*request, int64, int64) {}
 
-func (s *baselineScheduler) Release(r *request) {
+// Measured is 0, 0: the baselines measure nothing.
+func (s *baselineScheduler) Measured() (float64, uint64) { return 0, 0 }
+
+func (s *baselineScheduler) Release(r *request, _ bool) {
 	now := s.env.now()
 	s.impl.Done(&r.job, now)
 	s.drain(now)

@@ -152,8 +152,20 @@ func (s *queueScheduler) receive() (outcome, bool) {
 
 func (s *queueScheduler) Settle(r *request, prompt, output int64) { r.ticket.h.Settle(prompt, output) }
 
-func (s *queueScheduler) Release(r *request) {
+// Release is the dispatcher's: ReleaseServed for an answer its client
+// received, so that the queue measures service time and tokens per
+// slot-second from it as it would live.
+func (s *queueScheduler) Release(r *request, served bool) {
+	if served {
+		r.ticket.h.ReleaseServed()
+		return
+	}
 	r.ticket.h.Release()
+}
+
+func (s *queueScheduler) Measured() (float64, uint64) {
+	st := s.q.Stats()
+	return st.TokensPerSlotSecond, st.Served
 }
 
 func (s *queueScheduler) NextDeadline() (time.Duration, bool) {

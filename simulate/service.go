@@ -81,7 +81,8 @@ func (e *engine) dispatch(r *request, waited time.Duration) {
 // had left.
 func (e *engine) complete(r *request) {
 	e.settleCompleted(r)
-	e.release(r)
+	// Served when its client is still there for the answer.
+	e.release(r, !r.gone)
 	if r.gone {
 		r.state = stDone
 	} else {
@@ -91,9 +92,10 @@ func (e *engine) complete(r *request) {
 	e.settle(r.disp)
 }
 
-// release frees r's slot; the scheduler may dispatch into it.
-func (e *engine) release(r *request) {
-	e.disp[r.disp].sched.Release(r)
+// release frees r's slot; the scheduler may dispatch into it. served:
+// its client got the answer.
+func (e *engine) release(r *request, served bool) {
+	e.disp[r.disp].sched.Release(r, served)
 	r.ten.at[r.disp].inflight--
 	e.disp[r.disp].inflight--
 	e.inflight--

@@ -35,6 +35,7 @@ func (e *engine) setup() error {
 	}
 	e.first = first
 	e.sampler = loadSampler(e.load.ServiceTime, first.Pool.ServiceTime)
+	e.rates = poolTokenRates(&e.in.Pool.Spec)
 	e.res = e.newResult()
 	e.env = e.newEnv()
 	e.addTiers()
@@ -59,7 +60,7 @@ func (e *engine) setup() error {
 
 // newEnv is what the schedulers know of the pool beyond their policy.
 func (e *engine) newEnv() *schedEnv {
-	env := &schedEnv{clk: e.clk, index: map[string]int{}, serviceTime: e.first.Pool.ServiceTime, ageing: e.first.Pool.AgeingRate, tokens: e.load.Tokens}
+	env := &schedEnv{clk: e.clk, index: map[string]int{}, serviceTime: e.first.Pool.ServiceTime, ageing: e.first.Pool.AgeingRate}
 	share := map[string]float64{}
 	for _, t := range e.in.Tiers {
 		share[t.Name] = t.Spec.TenantShare.AsApproximateFloat64()
@@ -111,6 +112,7 @@ func (e *engine) newResult() *Result {
 			AgeingHorizonSeconds:        round6(pool.AgeingHorizon.Seconds()),
 			ClientTimeoutSeconds:        round6(pool.ClientTimeout.Seconds()),
 			HorizonExceedsClientTimeout: pool.HorizonExceedsClientTimeout,
+			TokenRate:                   round6(pool.TokenRate),
 		},
 		Tiers:    map[string]*TierResult{},
 		Tenants:  map[string]*TenantResult{},

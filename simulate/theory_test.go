@@ -74,7 +74,7 @@ func runKind(t testing.TB, in *Input, kind string, opts Options) *Result {
 	t.Helper()
 	opts.checkInvariants = true
 	opts.defaults()
-	res, err := runOne(in, opts, kinds[kind])
+	res, err := runScheduler(in, opts, kinds[kind])
 	if err != nil {
 		t.Fatal(err)
 	}
