@@ -59,6 +59,13 @@ type AddrStats struct {
 	Reset int64
 	// Open is the connections relayed now; PeakOpen the most at once.
 	Open, PeakOpen int
+	// Received is the bytes clients sent through the address, and
+	// LastReceived when the last of them arrived (zero if none). A model
+	// server's HTTP/1.1 clients send only requests, so bytes arriving
+	// after a moment are work sent to the pod after it, kept-alive
+	// connections included (which Accepted does not count).
+	Received     int64
+	LastReceived time.Time
 }
 
 // Network listens on every address of a pod CIDR at one port and relays
@@ -358,7 +365,7 @@ func (n *Network) relay(a netip.Addr, c net.Conn) {
 		return
 	}
 	done := make(chan struct{}, 2)
-	pipe := func(dst, src net.Conn) {
+	pipe := func(dst net.Conn, src io.Reader) {
 		_, _ = io.Copy(dst, src)
 		// Pass the end of one direction on; the other may still run.
 		if tc, ok := dst.(*net.TCPConn); ok {
@@ -366,13 +373,36 @@ func (n *Network) relay(a netip.Addr, c net.Conn) {
 		}
 		done <- struct{}{}
 	}
-	go pipe(b, c)
+	go pipe(b, receiving{n: n, a: a, c: c})
 	go pipe(c, b)
 	<-done
 	<-done
 	n.forget(a, c, false)
 	c.Close()
 	b.Close()
+}
+
+// receiving counts what the client side c sends through a.
+type receiving struct {
+	n *Network
+	a netip.Addr
+	c net.Conn
+}
+
+func (r receiving) Read(p []byte) (int, error) {
+	k, err := r.c.Read(p)
+	if k > 0 {
+		r.n.received(r.a, k)
+	}
+	return k, err
+}
+
+func (n *Network) received(a netip.Addr, k int) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	st := n.addrs[a]
+	st.stats.Received += int64(k)
+	st.stats.LastReceived = time.Now()
 }
 
 // resetConn closes c with an RST rather than a FIN, as a connection to a

@@ -143,6 +143,10 @@ func TestNetworkStates(t *testing.T) {
 		t.Errorf("%s refused %d connections, want 2 to 4", ip, got.Refused)
 	}
 	got.Refused = 0
+	if got.Received == 0 || got.LastReceived.IsZero() {
+		t.Errorf("%s received %d bytes, the last at %s: want the GETs' bytes", ip, got.Received, got.LastReceived)
+	}
+	got.Received, got.LastReceived = 0, time.Time{} // TestNetworkCountsReceived counts them
 	want := AddrStats{Accepted: 1, Reset: 1, PeakOpen: 1}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("stats of %s (-want +got):\n%s", ip, diff)
@@ -251,6 +255,78 @@ func TestNetworkBackendDown(t *testing.T) {
 	waitFor(t, func() bool { return n.Stats(ip).Open == 0 })
 	if diff := cmp.Diff(AddrStats{Refused: 1, PeakOpen: 1}, n.Stats(ip)); diff != "" {
 		t.Errorf("stats (-want +got):\n%s", diff)
+	}
+}
+
+// sink is a TCP server on 127.0.0.1 that reads and drops what it gets.
+func sink(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				_, _ = io.Copy(io.Discard, c)
+			}()
+		}
+	}()
+	return l.Addr().String()
+}
+
+// TestNetworkCountsReceived: every byte a client sends through an address
+// counts, with the time of the last, on an open connection too; an idle
+// connection adds nothing; another address counts apart.
+func TestNetworkCountsReceived(t *testing.T) {
+	n, err := ListenCIDR("127.88.247.0/29", 0, sink(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	const ip, other = "127.88.247.1", "127.88.247.2"
+	for _, a := range []string{ip, other} {
+		if err := n.SetState(a, Serving); err != nil {
+			t.Fatal(err)
+		}
+	}
+	conn, err := net.Dial("tcp", net.JoinHostPort(ip, strconv.Itoa(n.Port())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	send := func(b string) (before time.Time) {
+		t.Helper()
+		before = time.Now()
+		if _, err := io.WriteString(conn, b); err != nil {
+			t.Fatal(err)
+		}
+		return before
+	}
+	first := send("hello")
+	waitFor(t, func() bool { return n.Stats(ip).Received == 5 })
+	got := n.Stats(ip)
+	if got.LastReceived.Before(first) || got.LastReceived.After(time.Now()) {
+		t.Errorf("last received at %s, want between the write (%s) and now", got.LastReceived, first)
+	}
+	idle := got.LastReceived
+	time.Sleep(20 * time.Millisecond) // an idle connection: nothing arrives
+	if got := n.Stats(ip); got.Received != 5 || !got.LastReceived.Equal(idle) {
+		t.Errorf("while idle: %d bytes, last at %s; want 5 at %s", got.Received, got.LastReceived, idle)
+	}
+	second := send("abc")
+	waitFor(t, func() bool { return n.Stats(ip).Received == 8 })
+	if got := n.Stats(ip).LastReceived; got.Before(second) {
+		t.Errorf("last received at %s, before the second write at %s", got, second)
+	}
+	if diff := cmp.Diff(AddrStats{}, n.Stats(other)); diff != "" {
+		t.Errorf("stats of %s, which got nothing (-want +got):\n%s", other, diff)
 	}
 }
 
