@@ -9,8 +9,15 @@
 // status: Deployments are applied and scaled with kubectl, and the
 // controllers and kwok do the rest. TestModelPoolFollowsScale adds the
 // real tiergate controller (as the cluster's admin) and two dispatcher
-// processes on the addresses kwok gave config/dispatcher's pods. Each
-// step's duration is logged.
+// processes on the addresses kwok gave config/dispatcher's pods, and so
+// do the other pool tests (startPool): TestScaleFromZero (6 -> 0 -> 6 with
+// spec.coldStart and a 10s cold start: premium refused at once, standard
+// and free held, then served), TestRollingUpdate (`kubectl rollout
+// restart` with surge 25% and unavailable 0: bounds within the listed
+// backends, every request answered, no work for a terminating pod, told
+// by the bytes the pod network counts per address) and TestChaosPodFails
+// (a pod crashed by the chaos label: ejected, dropped and taken back, no
+// request lost). Each step's duration is logged.
 //
 // One thing this cluster cannot do: the API server refuses loopback
 // addresses in EndpointSlices, so a Service over these pods has an empty

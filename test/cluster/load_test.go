@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"sort"
 	"strings"
@@ -111,4 +112,11 @@ func (l *load) result() (answered int, failures string) {
 		return l.answered, ""
 	}
 	return l.answered, strings.Join(kinds, ", ") + "; e.g. " + strings.Join(l.examples, " | ")
+}
+
+// failures are the requests not answered 200, by kind.
+func (l *load) failures() map[string]int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return maps.Clone(l.failed)
 }

@@ -45,6 +45,10 @@ const coldStart = 2 * time.Second
 // terminationDelay is how long a deleted model pod stays terminating.
 const terminationDelay = 1500 * time.Millisecond
 
+// crashDetection is how long a pod crashed by the chaos label stays
+// listed Ready (the kubelet noticing), while its address refuses dials.
+const crashDetection = 500 * time.Millisecond
+
 func TestMain(m *testing.M) {
 	os.Exit(run(m))
 }
@@ -111,7 +115,7 @@ func setUp() error {
 		StageCRD: filepath.Join(root, "bin", "kwok", "kwok.x-k8s.io_stages.yaml"),
 		Dir:      filepath.Join(tmpDir, "cluster"),
 		Nodes:    3,
-		Stages:   cluster.StageOptions{ColdStart: coldStart, TerminationDelay: terminationDelay},
+		Stages:   cluster.StageOptions{ColdStart: coldStart, TerminationDelay: terminationDelay, CrashDetection: crashDetection},
 	}); err != nil {
 		return err
 	}

@@ -40,28 +40,8 @@ import (
 // far beyond the test); and the controller logs no error (a status-write
 // conflict is retried quietly).
 func TestModelPoolFollowsScale(t *testing.T) {
-	ns := newNamespace(t)
-	token := filepath.Join(t.TempDir(), "push-token")
-	if err := os.WriteFile(token, []byte("cluster-e2e-push-token-0123\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	adminPort, dataPort := dispatcherPorts(t)
-	ctl := startController(t, token)
-
-	started := startStep(t)
-	kubectl.MustInput(t, samples(t, adminPort), "apply", "-n", ns, "-f", "-")
-	kubectl.Must(t, "apply", "-n", ns, "-k", filepath.Join(repoRoot, "config", "dispatcher"))
-	ds := startDispatchers(t, ns, 2, adminPort, dataPort, token)
-	started.done("2 dispatcher processes on their pods' addresses")
-	w := watchPolicies(t, ds)
-	dels := watchDeletions(t, ns)
-	awaitFollow(t, ns, w, 6, 30*time.Second)
-	started.done("6 model pods Ready; pool and dispatchers hold 6 x 4 slots")
-	w.forget() // the start-up, before the first Ready pods, is not a scale
-	before := make([]int, len(ds))
-	for i, d := range ds {
-		before[i] = len(applies(t, d))
-	}
+	p := startPool(t)
+	ns, ds, w := p.ns, p.ds, p.w
 
 	ld := startLoad(t, ds, 20*time.Millisecond)
 	scaleStart := time.Now()
@@ -87,19 +67,16 @@ func TestModelPoolFollowsScale(t *testing.T) {
 	ld.stop()
 	w.stop()
 
-	logs := make([][]applied, len(ds))
-	for i, d := range ds {
-		logs[i] = applies(t, d)[before[i]:]
-	}
+	logs := p.logs(t)
 	checkAppliesWithinBackends(t, logs)
 	checkNoDuplicateApplies(t, logs)
-	checkDropLatency(t, w, logs, dels.since(scaleStart), downEnd, 3)
+	checkDropLatency(t, w, logs, p.dels.since(scaleStart), downEnd, 3)
 	answered, failures := ld.result()
 	t.Logf("load: %d requests answered 200 during the scales", answered)
 	if failures != "" || answered == 0 {
 		t.Errorf("load during the scales: %d answered, and %s", answered, failures)
 	}
-	checkControllerQuiet(t, ns, ctl.Output())
+	checkControllerQuiet(t, ns, p.ctl.Output())
 }
 
 // checkAppliesWithinBackends: no policy a dispatcher applied had more
@@ -220,8 +197,9 @@ func startController(t *testing.T, token string) *testutil.Process {
 }
 
 // samples are config/samples with the pool's admin and backend ports and
-// the model server's port set to this cluster's.
-func samples(t *testing.T, adminPort int) string {
+// the model server's port set to this cluster's, each document then
+// through edits.
+func samples(t *testing.T, adminPort int, edits ...edit) string {
 	t.Helper()
 	files, err := filepath.Glob(filepath.Join(repoRoot, "config", "samples", "*.yaml"))
 	if err != nil || len(files) < 4 {
@@ -246,6 +224,9 @@ func samples(t *testing.T, adminPort int) string {
 			// the pods' termination delay, as the sample's 5s is than its
 			// grace period.
 			s = replaceOnce(t, s, "sleep:\n                seconds: 5", "sleep:\n                seconds: 1")
+		}
+		for _, e := range edits {
+			s = e(t, s)
 		}
 		docs = append(docs, s)
 	}

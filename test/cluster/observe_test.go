@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/tiergate/tiergate/internal/testutil"
+	"github.com/tiergate/tiergate/internal/testutil/cluster"
 )
 
 // applied is one "applied policy" line of a dispatcher's JSON log.
@@ -133,6 +134,10 @@ func duplicates(log []applied) (n int, versions []int64) {
 type deletion struct {
 	name, ip string
 	seen     time.Time
+	// gone is when the test saw the pod removed (zero while it is not).
+	gone time.Time
+	// atSeen and atGone are its address's counts in the pod network then.
+	atSeen, atGone cluster.AddrStats
 }
 
 // deletionWatch notes, from an informer of its own, when each model pod
@@ -162,10 +167,28 @@ func watchDeletions(t *testing.T, ns string) *deletionWatch {
 		w.mu.Lock()
 		defer w.mu.Unlock()
 		if _, ok := w.seen[p.UID]; !ok {
-			w.seen[p.UID] = deletion{name: p.Name, ip: p.Status.PodIP, seen: now}
+			w.seen[p.UID] = deletion{name: p.Name, ip: p.Status.PodIP, seen: now, atSeen: podNet.Stats(p.Status.PodIP)}
 		}
 	}
-	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: note, UpdateFunc: func(_, o any) { note(o) }}); err != nil {
+	// A removed pod's counts are read before kwok can hand its address
+	// to a new pod that turns Ready (a cold start later, at the soonest).
+	gone := func(obj any) {
+		if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = tomb.Obj
+		}
+		p, ok := obj.(*corev1.Pod)
+		if !ok {
+			return
+		}
+		now := time.Now()
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if d, ok := w.seen[p.UID]; ok && d.gone.IsZero() {
+			d.gone, d.atGone = now, podNet.Stats(d.ip)
+			w.seen[p.UID] = d
+		}
+	}
+	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: note, UpdateFunc: func(_, o any) { note(o) }, DeleteFunc: gone}); err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan struct{})

@@ -146,6 +146,9 @@ func withDefaults(o Options) (Options, error) {
 	if o.Stages.TerminationDelay == 0 {
 		o.Stages.TerminationDelay = time.Second
 	}
+	if o.Stages.CrashDetection == 0 {
+		o.Stages.CrashDetection = time.Second
+	}
 	if len(o.Controllers) == 0 {
 		o.Controllers = DefaultControllers
 	}

@@ -7,10 +7,12 @@
 // Stage objects of stages/ (started, Ready a cold start later, removed a
 // delay after their deletion begins, and failed on demand by a chaos
 // label). Pods get IPs from a 127.0.0.0/8 CIDR; a Network listens on each of
-// those addresses and relays what it accepts to one real process, so
-// traffic sent to a pod IP reaches, say, one simserver. The Network plays
+// those addresses while its pod serves and relays what it accepts to one
+// real process, so traffic sent to a pod IP reaches, say, one simserver,
+// and a dial to a pod that does not serve is refused. The Network plays
 // what the kubelet would do to the server: it stops accepting when the
-// pod's deletion begins, or a preStop sleep later (PreStopSleep). The API server
+// pod's deletion begins, or a preStop sleep later (PreStopSleep); it
+// counts, per address, the connections and the bytes clients sent. The API server
 // refuses loopback addresses in EndpointSlices, so Services over these
 // pods keep empty EndpointSlices.
 //

@@ -20,7 +20,8 @@ import (
 // loaded), stops accepting once the pod's deletion begins (SIGTERM; see
 // follower for a preStop hook, which puts the SIGTERM off) and is closed
 // when the pod is not Ready otherwise (still starting, or crashed) or
-// gone.
+// gone. A pod with ChaosLabel has crashed: closed, though it may be
+// listed Ready for CrashDetection still.
 func PodState(p *corev1.Pod) State {
 	switch {
 	case p.DeletionTimestamp != nil:
@@ -32,6 +33,9 @@ func PodState(p *corev1.Pod) State {
 
 // liveState is PodState of a pod whose server has not been sent SIGTERM.
 func liveState(p *corev1.Pod) State {
+	if _, crashed := p.Labels[ChaosLabel]; crashed {
+		return Closed
+	}
 	if p.Status.Phase == corev1.PodRunning && podIsReady(p) {
 		return Serving
 	}
@@ -84,7 +88,9 @@ func (f *follower) observe(p *corev1.Pod) {
 			continue
 		}
 		f.owner[ip] = p.UID
-		_ = f.n.SetState(ip, st) // a Contained address
+		// A Contained address; a port another socket took makes the pod
+		// unreachable, which the tests relying on it then see.
+		_ = f.n.SetState(ip, st)
 	}
 }
 

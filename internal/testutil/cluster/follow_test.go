@@ -30,6 +30,12 @@ func pod(uid, ip string, phase corev1.PodPhase, ready, deleting bool) *corev1.Po
 	return p
 }
 
+// crashed labels p with ChaosLabel.
+func crashed(p *corev1.Pod) *corev1.Pod {
+	p.Labels = map[string]string{ChaosLabel: "true"}
+	return p
+}
+
 func TestPodState(t *testing.T) {
 	tests := map[string]struct {
 		pod  *corev1.Pod
@@ -41,6 +47,7 @@ func TestPodState(t *testing.T) {
 		"Ready but terminating":     {pod("a", "127.88.0.1", corev1.PodRunning, true, true), Draining},
 		"not Ready, terminating":    {pod("a", "127.88.0.1", corev1.PodRunning, false, true), Draining},
 		"failed":                    {pod("a", "127.88.0.1", corev1.PodFailed, false, false), Closed},
+		"Ready, crashed by chaos":   {crashed(pod("a", "127.88.0.1", corev1.PodRunning, true, false)), Closed},
 		"no Ready condition at all": {&corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodRunning}}, Closed},
 	}
 	for name, tc := range tests {
@@ -72,7 +79,8 @@ func TestFollowerStates(t *testing.T) {
 		{"b gets a's address and is Ready", func() { f.observe(pod("b", ip, corev1.PodRunning, true, false)) }, Serving},
 		// A late delete of a, after b took the address, leaves b alone.
 		{"a's delete again", func() { f.gone(pod("a", ip, corev1.PodRunning, true, true)) }, Serving},
-		{"b crashes", func() { f.observe(pod("b", ip, corev1.PodRunning, false, false)) }, Closed},
+		{"b crashes, still listed Ready", func() { f.observe(crashed(pod("b", ip, corev1.PodRunning, true, false))) }, Closed},
+		{"b turns NotReady", func() { f.observe(crashed(pod("b", ip, corev1.PodRunning, false, false))) }, Closed},
 		{"a pod outside the network", func() { f.observe(pod("c", "127.0.0.9", corev1.PodRunning, true, false)) }, Closed},
 	}
 	for _, s := range steps {

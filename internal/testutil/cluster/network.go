@@ -18,6 +18,10 @@ import (
 // host does not have (every 127/8 address is already local), the second
 // needs a TPROXY firewall rule to steer other addresses to it. So a Network
 // binds one listener per pod address, and relays to one backend process.
+// It listens on an address only while the address serves, so a connection
+// to any other is refused by the kernel, as one to a port nothing listens
+// on (a pod not Ready yet, crashed, or whose server closed its socket at
+// SIGTERM) is: clients tell that from a server that failed mid-answer.
 
 // State is what a pod address does with connections, as the container
 // behind it would.
@@ -25,14 +29,14 @@ type State int
 
 const (
 	// Closed is an address no server listens on (no pod, not started or
-	// not Ready yet, or crashed): new connections are reset, and so are
-	// open ones.
+	// not Ready yet, or crashed): new connections are refused, and open
+	// ones reset.
 	Closed State = iota
 	// Serving is an address whose model server accepts and answers.
 	Serving
 	// Draining is the address of a terminating pod whose server stopped
-	// accepting at SIGTERM: open connections carry on until the pod is
-	// gone.
+	// accepting at SIGTERM: new connections are refused, open ones carry
+	// on until the pod is gone.
 	Draining
 )
 
@@ -52,24 +56,31 @@ func (s State) String() string {
 type AddrStats struct {
 	// Accepted connections were relayed to the backend.
 	Accepted int64
-	// Refused connections arrived while the address was not Serving (or
-	// the backend refused them) and were reset.
+	// Refused connections were accepted as the address stopped serving,
+	// or the backend refused them, and were reset. A connection arriving
+	// while nothing listens is refused by the kernel and not counted.
 	Refused int64
 	// Reset open connections were cut when the address turned Closed.
 	Reset int64
 	// Open is the connections relayed now; PeakOpen the most at once.
 	Open, PeakOpen int
+	// Received is the bytes clients sent through the address, and
+	// LastReceived when the last of them arrived (zero if none). A model
+	// server's HTTP/1.1 clients send only requests, so bytes arriving
+	// after a moment are work sent to the pod after it, kept-alive
+	// connections included (which Accepted does not count).
+	Received     int64
+	LastReceived time.Time
 }
 
-// Network listens on every address of a pod CIDR at one port and relays
-// the connections an address accepts to one backend address.
+// Network listens on the serving addresses of a pod CIDR at one port and
+// relays the connections an address accepts to one backend address.
 type Network struct {
 	prefix  netip.Prefix
 	port    int
 	backend string
 
-	listeners []net.Listener
-	wg        sync.WaitGroup
+	wg sync.WaitGroup
 
 	mu     sync.Mutex
 	closed bool
@@ -78,6 +89,8 @@ type Network struct {
 
 type addrState struct {
 	state State
+	// l listens while the address serves, else it is nil.
+	l net.Listener
 	// conns are the open relays: client side to backend side (nil while
 	// the backend is being dialled).
 	conns map[net.Conn]net.Conn
@@ -87,10 +100,10 @@ type addrState struct {
 // MaxNetworkAddrs bounds the addresses one Network listens on.
 const MaxNetworkAddrs = 4096
 
-// ListenCIDR listens on every host address of cidr (a part of
+// ListenCIDR makes a Network of every host address of cidr (a part of
 // 127.0.0.0/8; its network and broadcast addresses are left out) at port,
-// relaying to backend. Port 0 picks one that is free on all of them. Every
-// address starts Closed.
+// relaying to backend. Port 0 picks one that is free on all of them (bound
+// on each to be sure, then let go). Every address starts Closed.
 func ListenCIDR(cidr string, port int, backend string) (*Network, error) {
 	prefix, err := netip.ParsePrefix(cidr)
 	if err != nil {
@@ -105,15 +118,16 @@ func ListenCIDR(cidr string, port int, backend string) (*Network, error) {
 	}
 	hosts := hostAddrs(prefix)
 	n := &Network{prefix: prefix, backend: backend, addrs: make(map[netip.Addr]*addrState, len(hosts))}
-	if n.listeners, n.port, err = listenAll(hosts, port); err != nil {
+	ls, p, err := listenAll(hosts, port)
+	if err != nil {
 		return nil, err
+	}
+	n.port = p
+	for _, l := range ls {
+		l.Close()
 	}
 	for _, a := range hosts {
 		n.addrs[a] = &addrState{conns: map[net.Conn]net.Conn{}}
-	}
-	for _, l := range n.listeners {
-		n.wg.Add(1)
-		go n.serve(l)
 	}
 	return n, nil
 }
@@ -198,8 +212,10 @@ func (n *Network) Contains(ip string) bool {
 // errUnknownAddr is SetState's error for an address outside the Network.
 var errUnknownAddr = errors.New("not an address of the pod network")
 
-// SetState says what ip does with connections from now on. Turning
-// Closed resets the open connections; Draining keeps them.
+// SetState says what ip does with connections from now on: Serving
+// listens on it, the others stop listening; Closed resets the open
+// connections, Draining keeps them. The error of listening leaves the
+// state as it was.
 func (n *Network) SetState(ip string, s State) error {
 	a, err := netip.ParseAddr(ip)
 	if err != nil {
@@ -210,6 +226,19 @@ func (n *Network) SetState(ip string, s State) error {
 	st, ok := n.addrs[a]
 	if !ok {
 		return fmt.Errorf("%s: %w %s", ip, errUnknownAddr, n.prefix)
+	}
+	switch {
+	case s == Serving && st.l == nil && !n.closed:
+		l, err := net.Listen("tcp", net.JoinHostPort(ip, strconv.Itoa(n.port)))
+		if err != nil {
+			return fmt.Errorf("pod address %s: %w", ip, err)
+		}
+		st.l = l
+		n.wg.Add(1)
+		go n.serve(a, l)
+	case s != Serving && st.l != nil:
+		st.l.Close()
+		st.l = nil
 	}
 	st.state = s
 	if s == Closed {
@@ -258,23 +287,24 @@ func (n *Network) Close() error {
 		return nil
 	}
 	n.closed = true
+	var errs []error
 	for _, st := range n.addrs {
 		cutLocked(st)
-	}
-	n.mu.Unlock()
-	var errs []error
-	for _, l := range n.listeners {
-		if err := l.Close(); err != nil {
-			errs = append(errs, err)
+		if st.l != nil {
+			if err := st.l.Close(); err != nil {
+				errs = append(errs, err)
+			}
+			st.l = nil
 		}
 	}
+	n.mu.Unlock()
 	n.wg.Wait()
 	return errors.Join(errs...)
 }
 
-func (n *Network) serve(l net.Listener) {
+// serve accepts on l, a's listener, until it is closed.
+func (n *Network) serve(a netip.Addr, l net.Listener) {
 	defer n.wg.Done()
-	a := l.Addr().(*net.TCPAddr).AddrPort().Addr().Unmap()
 	for {
 		c, err := l.Accept()
 		if err != nil {
@@ -285,7 +315,7 @@ func (n *Network) serve(l net.Listener) {
 			time.Sleep(10 * time.Millisecond)
 			continue
 		}
-		if !n.admit(a, c) {
+		if !n.admit(a, l, c) {
 			resetConn(c)
 			continue
 		}
@@ -294,12 +324,13 @@ func (n *Network) serve(l net.Listener) {
 	}
 }
 
-// admit records c as open on a when a serves, or counts it refused.
-func (n *Network) admit(a netip.Addr, c net.Conn) bool {
+// admit records c, accepted by l, as open on a when a still serves on l,
+// or counts it refused.
+func (n *Network) admit(a netip.Addr, l net.Listener, c net.Conn) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	st := n.addrs[a]
-	if n.closed || st.state != Serving {
+	if n.closed || st.state != Serving || st.l != l {
 		st.stats.Refused++
 		return false
 	}
@@ -358,7 +389,7 @@ func (n *Network) relay(a netip.Addr, c net.Conn) {
 		return
 	}
 	done := make(chan struct{}, 2)
-	pipe := func(dst, src net.Conn) {
+	pipe := func(dst net.Conn, src io.Reader) {
 		_, _ = io.Copy(dst, src)
 		// Pass the end of one direction on; the other may still run.
 		if tc, ok := dst.(*net.TCPConn); ok {
@@ -366,13 +397,36 @@ func (n *Network) relay(a netip.Addr, c net.Conn) {
 		}
 		done <- struct{}{}
 	}
-	go pipe(b, c)
+	go pipe(b, receiving{n: n, a: a, c: c})
 	go pipe(c, b)
 	<-done
 	<-done
 	n.forget(a, c, false)
 	c.Close()
 	b.Close()
+}
+
+// receiving counts what the client side c sends through a.
+type receiving struct {
+	n *Network
+	a netip.Addr
+	c net.Conn
+}
+
+func (r receiving) Read(p []byte) (int, error) {
+	k, err := r.c.Read(p)
+	if k > 0 {
+		r.n.received(r.a, k)
+	}
+	return k, err
+}
+
+func (n *Network) received(a netip.Addr, k int) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	st := n.addrs[a]
+	st.stats.Received += int64(k)
+	st.stats.LastReceived = time.Now()
 }
 
 // resetConn closes c with an RST rather than a FIN, as a connection to a

@@ -22,15 +22,17 @@ var stageFiles embed.FS
 const (
 	PodReadyStage  = "tiergate-pod-ready"
 	PodDeleteStage = "tiergate-pod-delete"
+	PodFailStage   = "tiergate-pod-fail"
 
 	// ColdStartAnnotation on a pod (template) overrides ColdStart for it:
 	// a Go duration such as "10s".
 	ColdStartAnnotation = "kwok.tiergate.dev/cold-start"
 	// TerminationDelayAnnotation on a pod overrides TerminationDelay.
 	TerminationDelayAnnotation = "kwok.tiergate.dev/termination-delay"
-	// ChaosLabel on a Ready pod (any value) makes it fail: its containers
-	// crash and it turns NotReady until the label is removed, when it is
-	// Ready again a cold start later.
+	// ChaosLabel on a Ready pod (any value) makes it fail: its server is
+	// gone at once (a Network refuses its address), its containers crash
+	// and it turns NotReady CrashDetection later, until the label is
+	// removed, when it is Ready again a cold start later.
 	ChaosLabel = "chaos.tiergate.dev/fail"
 	// StageFieldManager is the field manager the Stages are applied with.
 	StageFieldManager = "tiergate-test-cluster"
@@ -44,12 +46,15 @@ type StageOptions struct {
 	// TerminationDelay is how long a pod stays listed, terminating, after
 	// its deletion began.
 	TerminationDelay time.Duration
+	// CrashDetection is how long a pod failed by ChaosLabel stays Ready:
+	// the kubelet notices a crashed container a moment after it died.
+	CrashDetection time.Duration
 }
 
 // Stages are the Stage objects of stages/, by name, with o's delays.
 func Stages(o StageOptions) ([]*unstructured.Unstructured, error) {
-	if o.ColdStart < 0 || o.TerminationDelay < 0 {
-		return nil, fmt.Errorf("stage delays must not be negative (cold start %s, termination delay %s)", o.ColdStart, o.TerminationDelay)
+	if o.ColdStart < 0 || o.TerminationDelay < 0 || o.CrashDetection < 0 {
+		return nil, fmt.Errorf("stage delays must not be negative (cold start %s, termination delay %s, crash detection %s)", o.ColdStart, o.TerminationDelay, o.CrashDetection)
 	}
 	names, err := fs.Glob(stageFiles, "stages/*.yaml")
 	if err != nil {
@@ -71,6 +76,8 @@ func Stages(o StageOptions) ([]*unstructured.Unstructured, error) {
 			err = setDelay(u, o.ColdStart)
 		case PodDeleteStage:
 			err = setDelay(u, o.TerminationDelay)
+		case PodFailStage:
+			err = setDelay(u, o.CrashDetection)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", path.Base(name), err)

@@ -9,7 +9,7 @@ import (
 )
 
 func TestStages(t *testing.T) {
-	stages, err := Stages(StageOptions{ColdStart: 10 * time.Second, TerminationDelay: 250 * time.Millisecond})
+	stages, err := Stages(StageOptions{ColdStart: 10 * time.Second, TerminationDelay: 250 * time.Millisecond, CrashDetection: 400 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,7 +31,7 @@ func TestStages(t *testing.T) {
 		"tiergate-node-ready": {Kind: "Stage", Resource: "Node"},
 		"tiergate-pod-start":  {Kind: "Stage", Resource: "Pod"},
 		"tiergate-pod-ready":  {Kind: "Stage", Resource: "Pod", DelayMillis: 10000, HasDelay: true},
-		"tiergate-pod-fail":   {Kind: "Stage", Resource: "Pod"},
+		"tiergate-pod-fail":   {Kind: "Stage", Resource: "Pod", DelayMillis: 400, HasDelay: true},
 		"tiergate-pod-delete": {Kind: "Stage", Resource: "Pod", DelayMillis: 250, HasDelay: true},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
@@ -53,7 +53,11 @@ func TestStages(t *testing.T) {
 
 func TestStagesRefuseNegativeDelays(t *testing.T) {
 	_, err := Stages(StageOptions{ColdStart: -time.Second})
-	if want := "stage delays must not be negative (cold start -1s, termination delay 0s)"; err == nil || err.Error() != want {
+	if want := "stage delays must not be negative (cold start -1s, termination delay 0s, crash detection 0s)"; err == nil || err.Error() != want {
+		t.Errorf("error %v, want %q", err, want)
+	}
+	_, err = Stages(StageOptions{CrashDetection: -time.Millisecond})
+	if want := "stage delays must not be negative (cold start 0s, termination delay 0s, crash detection -1ms)"; err == nil || err.Error() != want {
 		t.Errorf("error %v, want %q", err, want)
 	}
 }
