@@ -111,7 +111,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Config) error {
 	if opts.PushTokenSecret.Name != "" {
 		pools.TokenSecret = opts.PushTokenSecret.String()
 	}
-	pools.quotaStatus = newStatusBatches(mgr.GetLogger().WithName("quota-status"))
+	pools.quotaStatus = newStatusBatches(mgr.GetLogger().WithName("quota-status"), opts.Clock)
 	if err := mgr.Add(pools.quotaStatus); err != nil {
 		return err
 	}

@@ -178,7 +178,8 @@ func TestSamplesReachEveryDispatcher(t *testing.T) {
 	})
 
 	// TenantQuota status: effective limits 6/2/1.
-	testutil.Eventually(t, 2*time.Second, "TenantQuota status", func() error {
+	// Quota statuses are written once the pool is quiet (about a second).
+	testutil.Eventually(t, 8*time.Second, "TenantQuota status", func() error {
 		var quotas v1alpha1.TenantQuotaList
 		if err := k8s.List(context.Background(), &quotas, client.InNamespace(e.ns)); err != nil {
 			return err
@@ -775,7 +776,9 @@ func grepLines(s, sub string) string {
 // current state.
 func quotaEventually(t *testing.T, ns, name, what string, check func(v1alpha1.TenantQuota) error) {
 	t.Helper()
-	testutil.Eventually(t, 2*time.Second, what, func() error {
+	// The controller writes quota statuses once the pool has been quiet
+	// for a second, at the latest 5 s after the first change.
+	testutil.Eventually(t, 8*time.Second, what, func() error {
 		var q v1alpha1.TenantQuota
 		if err := k8s.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, &q); err != nil {
 			return err
