@@ -178,6 +178,7 @@ func (d *demo) fairPhase(ctx context.Context) error {
 	f.started = time.Now()
 	f.rec = newRecorder(f.started, d.cfg.MaxRequests)
 	f.obs.setStart(f.started)
+	f.obs.scrape(ctx) // the queues' totals before the first request
 
 	issueCtx, stopIssue := context.WithCancel(ctx)
 	defer stopIssue()

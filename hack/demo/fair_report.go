@@ -5,6 +5,7 @@ import (
 	"image/color"
 	"math"
 	"os"
+	"sort"
 	"strings"
 	"time"
 
@@ -216,11 +217,12 @@ func fairWindow(mode string, from, to time.Duration, tenants []string, calls []f
 	return m
 }
 
-// drawFair is the phase's chart: above, the weighted tokens the
-// simservers served each tenant, cumulative; below, the dispatchers'
-// fairness gap against its bound. Both mark the mode switch.
-func drawFair(file string, s *fairSummary, sims []simSample, samples []sample, w policy.Fairness) error {
-	top, err := fairTokensPlot(s, sims, w)
+// drawFair is the phase's chart: above, the weighted tokens served each
+// tenant, cumulative, as the simservers counted them when each answer
+// ended and (dashed) by when each request was dispatched; below, the
+// dispatchers' fairness gap against its bound. Both mark the mode switch.
+func drawFair(file string, s *fairSummary, calls []fairCall, sims []simSample, samples []sample, w policy.Fairness) error {
+	top, err := fairTokensPlot(s, calls, sims, w)
 	if err != nil {
 		return err
 	}
@@ -255,7 +257,7 @@ func drawFair(file string, s *fairSummary, sims []simSample, samples []sample, w
 	return out.Close()
 }
 
-func fairTokensPlot(s *fairSummary, sims []simSample, w policy.Fairness) (*plot.Plot, error) {
+func fairTokensPlot(s *fairSummary, calls []fairCall, sims []simSample, w policy.Fairness) (*plot.Plot, error) {
 	p := plot.New()
 	p.Title.Text = fmt.Sprintf("Two tenants of tier %s: weighted tokens served (prompt × %d + output × %d), cumulative, from the simservers", s.Tier, s.InputWeight, s.OutputWeight)
 	p.X.Label.Text = "seconds since the phase's load started"
@@ -278,9 +280,43 @@ func fairTokensPlot(s *fairSummary, sims []simSample, w policy.Fairness) (*plot.
 		}
 		l.Color, l.Width = plotutil.Color(i), vg.Points(2.5)
 		p.Add(l)
-		p.Legend.Add(fmt.Sprintf("%s (%s, %d weighted tokens a request)", t.Tenant, t.Role, t.Cost), l)
+		p.Legend.Add(fmt.Sprintf("%s (%s, %d weighted tokens a request), served", t.Tenant, t.Role, t.Cost), l)
+		if xy := dispatchedTokens(t.Tenant, calls, w); len(xy) > 0 {
+			dl, err := plotter.NewLine(xy)
+			if err != nil {
+				return nil, err
+			}
+			dl.Color, dl.Width, dl.Dashes = plotutil.Color(i), vg.Points(1.5), dashed
+			p.Add(dl)
+			p.Legend.Add(t.Tenant+", by dispatch time (answers' usage)", dl)
+		}
 	}
 	return p, nil
+}
+
+// dispatchedTokens is a tenant's weighted tokens, cumulative, by when its
+// answered requests got their slot: what the queue chose, without the
+// service time's delay.
+func dispatchedTokens(tenant string, calls []fairCall, w policy.Fairness) plotter.XYs {
+	var cs []fairCall
+	for _, c := range calls {
+		if c.Tenant == tenant && c.Outcome == outcomeServed && c.Wait >= 0 {
+			cs = append(cs, c)
+		}
+	}
+	sort.Slice(cs, func(i, j int) bool { return cs[i].Start+cs[i].Wait < cs[j].Start+cs[j].Wait })
+	xy := plotter.XYs{{X: 0, Y: 0}}
+	total := 0.0
+	for _, c := range cs {
+		at := (c.Start + c.Wait).Seconds()
+		xy = append(xy, plotter.XY{X: at, Y: total})
+		total += weighted(w, simTokens{Prompt: c.PromptTokens, Completion: c.CompletionTokens})
+		xy = append(xy, plotter.XY{X: at, Y: total})
+	}
+	if len(cs) == 0 {
+		return nil
+	}
+	return xy
 }
 
 func fairGapPlot(s *fairSummary, samples []sample) (*plot.Plot, error) {

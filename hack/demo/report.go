@@ -389,11 +389,11 @@ func (d *demo) writeReport(runErr error) error {
 		}})
 	}
 	if s.Fair != nil {
-		_, sims := d.fair.snapshot()
+		fcalls, sims := d.fair.snapshot()
 		charts = append(charts, struct {
 			file string
 			draw func(string) error
-		}{chartFair, func(p string) error { return drawFair(p, s.Fair, sims, d.fair.obs.all(), d.fair.weights) }})
+		}{chartFair, func(p string) error { return drawFair(p, s.Fair, fcalls, sims, d.fair.obs.all(), d.fair.weights) }})
 	}
 	var errs []error
 	for _, c := range charts {
