@@ -17,6 +17,7 @@ import (
 	"gonum.org/v1/plot/vg/vgimg"
 
 	policy "github.com/tiergate/tiergate/api/policy/v1"
+	"github.com/tiergate/tiergate/dispatcher/tokens"
 )
 
 // chartFair is the token-fairness phase's chart.
@@ -51,12 +52,15 @@ type fairSummary struct {
 	// GapMax is the largest tiergate_fairness_gap_tokens sampled (any
 	// dispatcher); GapBound the bound the mode promises for tenants
 	// backlogged together from the switch on, the largest request's cost
-	// ÷ weight (docs/scheduling.md); GapBoundMetric the largest
-	// tiergate_fairness_gap_bound_tokens sampled.
+	// ÷ weight as charged at dispatch, its reservation
+	// (docs/scheduling.md); GapBoundMetric the largest
+	// tiergate_fairness_gap_bound_tokens sampled. BytesPerToken is the
+	// smallest ratio the dispatchers estimated prompts at in the phase.
 	GapMax         float64 `json:"gapMax"`
 	GapBound       float64 `json:"gapBound"`
 	GapBoundMetric float64 `json:"gapBoundMetric"`
 	GapSamples     int     `json:"gapSamples"`
+	BytesPerToken  float64 `json:"bytesPerToken"`
 	// Served are the tokens the simservers counted per tenant over the
 	// phase, Usage the sum of the answers' usage.
 	Served map[string]simTokens `json:"servedBySimservers"`
@@ -66,10 +70,13 @@ type fairSummary struct {
 
 // fairTenantPlan is what one tenant sends.
 type fairTenantPlan struct {
-	Tenant         string  `json:"tenant"`
-	Role           string  `json:"role"`
-	PromptTokens   int64   `json:"promptTokens"`
-	Cost           int64   `json:"cost"` // weighted tokens of one request
+	Tenant       string `json:"tenant"`
+	Role         string `json:"role"`
+	PromptTokens int64  `json:"promptTokens"`
+	Cost         int64  `json:"cost"` // weighted tokens of one request
+	// Reserved is the most one request reserves: its prompt estimated at
+	// the phase's smallest bytes-per-token ratio, and max_tokens.
+	Reserved       int64   `json:"reserved"`
 	ServiceSeconds float64 `json:"serviceSeconds"`
 }
 
@@ -141,12 +148,22 @@ func summarizeFairRun(f *fairRun, calls []fairCall, sims []simSample, samples []
 		LoadEnd: f.loadEnd.Seconds(), Ended: f.ended.Seconds(), Dispatchers: dispatchers, Switched: f.switched,
 		NotOK: map[string]int{}, Served: map[string]simTokens{}, Usage: map[string]simTokens{},
 	}
+	for _, sm := range samples {
+		if sm.OK && sm.BytesPerToken > 0 && (s.BytesPerToken == 0 || sm.BytesPerToken < s.BytesPerToken) {
+			s.BytesPerToken = sm.BytesPerToken
+		}
+	}
+	ratio := s.BytesPerToken
+	if ratio == 0 {
+		ratio = tokens.DefaultBytesPerToken
+	}
 	var names []string
 	for _, t := range f.tenants {
 		names = append(names, t.Name)
 		cost := w.Cost(t.promptTokens(), fairMaxTokens)
-		s.Tenants = append(s.Tenants, fairTenantPlan{Tenant: t.Name, Role: t.Role, PromptTokens: t.promptTokens(), Cost: cost, ServiceSeconds: t.serviceTime().Seconds()})
-		s.GapBound = math.Max(s.GapBound, float64(cost))
+		reserved := w.Cost(int64(math.Ceil(float64(t.PromptBytes)/ratio)), fairMaxTokens)
+		s.Tenants = append(s.Tenants, fairTenantPlan{Tenant: t.Name, Role: t.Role, PromptTokens: t.promptTokens(), Cost: cost, Reserved: reserved, ServiceSeconds: t.serviceTime().Seconds()})
+		s.GapBound = math.Max(s.GapBound, float64(reserved))
 	}
 	for _, c := range calls {
 		s.Requests++
@@ -347,7 +364,7 @@ func fairGapPlot(s *fairSummary, samples []sample) (*plot.Plot, error) {
 	}
 	b.Color, b.Width, b.Dashes = color.RGBA{R: 0xd6, G: 0x27, B: 0x28, A: 0xff}, vg.Points(1.5), dashed
 	p.Add(b)
-	p.Legend.Add(fmt.Sprintf("bound: the largest request's cost, %.0f", s.GapBound), b)
+	p.Legend.Add(fmt.Sprintf("bound: the largest reservation, %.0f", s.GapBound), b)
 	return p, nil
 }
 
@@ -410,7 +427,7 @@ func fairMarkdown(s *fairSummary) string {
 	if len(s.NotOK) > 0 {
 		w("; the rest: %s", causes(s.NotOK))
 	}
-	w(".\n- **Fairness gap:** the largest `tiergate_fairness_gap_tokens` of %d samples was %.0f weighted tokens, against the bound of %.0f, the largest request's cost (the counters start from zero at the switch, with both tenants backlogged)", s.GapSamples, s.GapMax, s.GapBound)
+	w(".\n- **Fairness gap:** the largest `tiergate_fairness_gap_tokens` of %d samples was %.0f weighted tokens, against the bound of %.0f, the largest cost charged at dispatch: the counters start from zero at the switch with both tenants backlogged, and a request is charged its reservation, its prompt estimated at the dispatchers' learned %.3f bytes a token (settled to its usage when it ends)", s.GapSamples, s.GapMax, s.GapBound, s.BytesPerToken)
 	if s.GapBoundMetric > 0 {
 		w("; the dispatchers' `tiergate_fairness_gap_bound_tokens` said %.0f", s.GapBoundMetric)
 	} else {

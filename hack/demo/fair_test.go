@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"image/png"
 	"os"
 	"path/filepath"
@@ -103,7 +104,8 @@ func fairFixture() (*fairRun, []fairCall, []simSample, []sample) {
 	}
 	samples := []sample{
 		{OK: true, T: sec(5), FairGap: map[string]float64{}},
-		{OK: true, T: sec(11), FairGap: map[string]float64{"standard": 2200}, FairGapBound: map[string]float64{}},
+		{OK: true, T: sec(11), FairGap: map[string]float64{"standard": 2200}, FairGapBound: map[string]float64{}, BytesPerToken: 3.99},
+		{OK: true, T: sec(11.5), BytesPerToken: 4},
 		{OK: true, T: sec(12), FairGap: map[string]float64{"standard": 450}, FairGapBound: map[string]float64{}},
 		{OK: false, T: sec(13), FairGap: map[string]float64{"standard": 99999}},
 	}
@@ -132,18 +134,20 @@ func TestSummarizeFairRun(t *testing.T) {
 		NotOK                          map[string]int
 		GapMax, GapBound, GapBoundMetr float64
 		GapSamples, Switched           int
+		BytesPerToken                  float64
 		Served, Usage                  map[string]simTokens
 	}
-	gotT := totals{got.Requests, got.OK, got.NotOK, got.GapMax, got.GapBound, got.GapBoundMetric, got.GapSamples, got.Switched, got.Served, got.Usage}
-	wantT := totals{Requests: 13, OK: 12, NotOK: map[string]int{"429 tenant_limit": 1}, GapMax: 2200, GapBound: 2200, GapSamples: 2, Switched: 2,
+	gotT := totals{got.Requests, got.OK, got.NotOK, got.GapMax, got.GapBound, got.GapBoundMetric, got.GapSamples, got.Switched, got.BytesPerToken, got.Served, got.Usage}
+	// 8,000 bytes at 3.99 a token reserve 2,006 prompt tokens.
+	wantT := totals{Requests: 13, OK: 12, NotOK: map[string]int{"429 tenant_limit": 1}, GapMax: 2200, GapBound: 2206, GapSamples: 2, Switched: 2, BytesPerToken: 3.99,
 		Served: map[string]simTokens{"lexcorp": {8000, 400}, "stark": {400, 800}},
 		Usage:  map[string]simTokens{"lexcorp": {8000, 400}, "stark": {400, 800}}}
 	if diff := cmp.Diff(wantT, gotT); diff != "" {
 		t.Errorf("totals (-want +got):\n%s", diff)
 	}
 	if diff := cmp.Diff([]fairTenantPlan{
-		{Tenant: "lexcorp", Role: "long prompts: 2,000 tokens", PromptTokens: 2000, Cost: 2200, ServiceSeconds: 4.4},
-		{Tenant: "stark", Role: "short prompts: 50 tokens", PromptTokens: 50, Cost: 250, ServiceSeconds: 0.5},
+		{Tenant: "lexcorp", Role: "long prompts: 2,000 tokens", PromptTokens: 2000, Cost: 2200, Reserved: 2206, ServiceSeconds: 4.4},
+		{Tenant: "stark", Role: "short prompts: 50 tokens", PromptTokens: 50, Cost: 250, Reserved: 251, ServiceSeconds: 0.5},
 	}, got.Tenants, approx); diff != "" {
 		t.Errorf("tenants (-want +got):\n%s", diff)
 	}
@@ -153,7 +157,10 @@ func TestSummarizeFairRun(t *testing.T) {
 func TestSummarizeFairRunWithoutSwitch(t *testing.T) {
 	f, calls, sims, samples := fairFixture()
 	f.switchedAt, f.switched, f.loadEnd = 0, 1, 0
-	got := summarizeFairRun(f, calls, sims, samples, 2)
+	got := summarizeFairRun(f, calls, sims, samples[:1], 2)
+	if got.BytesPerToken != 0 || got.GapBound != 2200 {
+		t.Errorf("without a ratio reported: bytes per token %v, gap bound %v; want 0 and 2200 at the default ratio", got.BytesPerToken, got.GapBound)
+	}
 	if len(got.Modes) != 1 || got.Modes[0].Mode != policy.FairnessRequests || got.SwitchedAt != 0 || got.Switched != 1 {
 		t.Errorf("modes %+v, switched at %v by %d", got.Modes, got.SwitchedAt, got.Switched)
 	}
@@ -171,7 +178,8 @@ func TestFairMarkdownAndChart(t *testing.T) {
 		"| Requests | 0s–9s | 0.575 | lexcorp | 3 | 6000 | 300 | 6600 | 93.0% | 1.00s | 2.00s |",
 		"| Tokens | 10s–20s | 0.877 | stark | 4 | 200 | 400 | 1000 | 31.2% | 1.00s | 1.00s |",
 		"12 of 13 requests were answered 200; the rest: 429 tenant_limit 1",
-		"of 2 samples was 2200 weighted tokens, against the bound of 2200",
+		"of 2 samples was 2200 weighted tokens, against the bound of 2206, the largest cost charged at dispatch",
+		"learned 3.990 bytes a token",
 		"2 of 2 dispatchers held Tokens 1s later",
 		"](token-fairness.png)",
 	} {
@@ -209,5 +217,34 @@ func TestDispatchedTokens(t *testing.T) {
 	}
 	if got := dispatchedTokens("nobody", calls, w); got != nil {
 		t.Errorf("a tenant without answers: %v, want nil", got)
+	}
+}
+
+// Every prompt the demo sends is a whole number of simserver's 4-byte
+// tokens, so the dispatchers' bytes-per-token ratio stays at 4 and the
+// token-fairness phase's gap bound is exact (see requestBody).
+func TestPromptsAreWholeTokens(t *testing.T) {
+	var body struct {
+		Messages []struct{ Content string } `json:"messages"`
+	}
+	if err := json.Unmarshal([]byte(requestBody), &body); err != nil || len(body.Messages) != 1 || body.Messages[0].Content != shortPrompt {
+		t.Fatalf("requestBody %s: %v", requestBody, err)
+	}
+	sizes := map[string]int{"short prompt": len(shortPrompt)}
+	for _, s := range append(defaultPlan(), zeroPlan()...) {
+		if s.Budget != nil {
+			sizes[s.Name] = len(s.Budget.prompt())
+		}
+	}
+	for _, ft := range fairTenants() {
+		sizes[ft.Name] = len(ft.prompt())
+	}
+	for name, n := range sizes {
+		if n%bytesPerToken != 0 {
+			t.Errorf("%s: %d bytes, not a whole number of %d-byte tokens", name, n, bytesPerToken)
+		}
+	}
+	if len(sizes) != 4 {
+		t.Errorf("prompts checked: %v", sizes)
 	}
 }

@@ -52,6 +52,9 @@ type sample struct {
 	FairGap, FairGapBound map[string]float64
 	// TokensMode counts the dispatchers whose policy is in Tokens mode.
 	TokensMode int
+	// BytesPerToken is the smallest tiergate_bytes_per_token, the ratio
+	// the dispatchers estimate prompts at (0: none reported).
+	BytesPerToken float64
 }
 
 // tierSample is one tier summed over the dispatchers.
@@ -274,6 +277,11 @@ func addMetrics(s *sample, mfs map[string]*dto.MetricFamily) {
 		for _, m := range mfs[name].GetMetric() {
 			tier := labels(m)["tier"]
 			into[tier] = math.Max(into[tier], m.GetGauge().GetValue())
+		}
+	}
+	for _, m := range mfs["tiergate_bytes_per_token"].GetMetric() {
+		if v := m.GetGauge().GetValue(); v > 0 && (s.BytesPerToken == 0 || v < s.BytesPerToken) {
+			s.BytesPerToken = v
 		}
 	}
 	for _, m := range mfs["tiergate_queue_wait_seconds"].GetMetric() {

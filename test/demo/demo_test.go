@@ -449,8 +449,12 @@ func checkFair(t *testing.T, f *fairSummary) {
 	if diff := cmp.Diff([]int64{2000, 50}, prompts); diff != "" {
 		t.Errorf("prompt tokens of lexcorp and stark (-want +got):\n%s", diff)
 	}
-	if f.GapSamples == 0 || f.GapMax <= 0 || f.GapMax > f.GapBound || f.GapBound != 2200 {
-		t.Errorf("fairness gap: %d samples, max %.0f, bound %.0f (want 2200, lexcorp's cost)", f.GapSamples, f.GapMax, f.GapBound)
+	// The bound is lexcorp's reservation: 2,200 weighted tokens at the
+	// simservers' 4 bytes a token, a little more where the dispatchers'
+	// learned ratio is below 4 (the other phases' prompts are not whole
+	// multiples of 4 bytes).
+	if f.GapSamples == 0 || f.GapMax <= 0 || f.GapMax > f.GapBound || f.GapBound < 2200 || f.GapBound > 2300 {
+		t.Errorf("fairness gap: %d samples, max %.0f, bound %.0f (want lexcorp's reservation, 2200 to 2300)", f.GapSamples, f.GapMax, f.GapBound)
 	}
 	if j := f.Jobs; !j.Idle || j.Admitted != uint64(f.Requests) || j.Dispatched != j.Admitted {
 		t.Errorf("the phase's queue totals %+v for %d requests", j, f.Requests)
