@@ -18,9 +18,14 @@
 // pool gets spec.coldStart, a lighter load runs, the pool goes to 0 ready
 // replicas (the dispatchers hold what the bounds at zero allow and refuse
 // premium at once), the first replica comes a cold start later and the
-// rest after it. It writes demo-report/: README.md, summary.json and PNG
-// charts rendered with gonum/plot, the phase's own among them
-// (zero_report.go).
+// rest after it. Last a token-fairness phase (fair.go): two tenants of
+// the standard tier whose prompts differ 40× (the tier's tenantShare set
+// to 1 first), each with as many closed-loop openai-go workers asking
+// simserver for a service time proportional to their tokens, first in
+// fairness mode Requests, then, after `kubectl patch modelpool` and once
+// every dispatcher holds it, in mode Tokens. It writes demo-report/:
+// README.md, summary.json and PNG charts rendered with gonum/plot, the
+// phases' own among them (zero_report.go, fair_report.go).
 //
 // Every child runs in its own process group (and gets SIGKILL if the demo
 // dies, through PR_SET_PDEATHSIG); the demo stops them all on exit, on
@@ -34,7 +39,11 @@
 // goroutine scrapes the dispatchers every second, one kubelet goroutine
 // probes pods and writes their Ready condition, and the main goroutine runs
 // the scale schedule and redraws the table; the scale-from-zero phase
-// runs the same way afterwards, with its own load, recorder and observer. Shared state (the request
-// records, the observer's samples, the event log, the process list) is
-// guarded by one mutex per owner; nothing else is shared.
+// runs the same way afterwards, with its own load, recorder and observer,
+// and so does the token-fairness phase (one goroutine per worker, one
+// observer and one goroutine reading the simservers' /debug/stats every
+// second; the main goroutine patches the pool and polls the dispatchers'
+// policies). Shared state (the request records, the observer's samples,
+// the simservers' samples, the event log, the process list) is guarded by
+// one mutex per owner; nothing else is shared.
 package main

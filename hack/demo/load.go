@@ -352,8 +352,15 @@ func (g *loadGen) httpStream(issueCtx, reqCtx context.Context, s streamPlan, rng
 	}
 }
 
-// requestBody asks for a short streamed chat completion.
-const requestBody = `{"model":"sim-model","stream":true,"max_tokens":16,"messages":[{"role":"user","content":"Summarise the demo in one line."}]}`
+// requestBody asks for a short streamed chat completion. Its prompt is
+// 32 bytes, like every prompt of the demo a whole number of simserver's 4
+// bytes a token, so the dispatchers' learned ratio stays at 4 and their
+// estimates exact: the token-fairness phase's counters get no
+// corrections, and its gap bound is the one docs/scheduling.md states.
+const requestBody = `{"model":"sim-model","stream":true,"max_tokens":16,"messages":[{"role":"user","content":"` + shortPrompt + `"}]}`
+
+// shortPrompt is the prompt of the HTTP streams and the openai-go client.
+const shortPrompt = "Summarise this demo in one line."
 
 // doHTTP sends one streamed chat completion and reads it to the end.
 func (g *loadGen) doHTTP(reqCtx context.Context, s streamPlan, tenant string) (rec record) {

@@ -148,6 +148,7 @@ type demo struct {
 	started time.Time // of the load
 	ended   time.Duration
 	zero    *zeroRun // the scale-from-zero phase, once it began
+	fair    *fairRun // the token-fairness phase, once its load began
 	// budgets are the budget stream's tenant's budgets at each dispatcher.
 	budgets []policy.Limits
 }
@@ -243,7 +244,10 @@ func (d *demo) run(ctx context.Context) (err error) {
 	if err := d.load(ctx); err != nil {
 		return err
 	}
-	return d.zeroPhase(ctx)
+	if err := d.zeroPhase(ctx); err != nil {
+		return err
+	}
+	return d.fairPhase(ctx)
 }
 
 func indent(s string) string {

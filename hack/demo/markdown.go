@@ -110,6 +110,9 @@ func markdown(s *summary, kubectlGet string) string {
 	if s.Zero != nil {
 		b.WriteString(zeroMarkdown(s.Zero))
 	}
+	if s.Fair != nil {
+		b.WriteString(fairMarkdown(s.Fair))
+	}
 
 	w("\n## Charts\n\n")
 	w("![Queue wait per tier over time](%s)\n\n![Refusals by cause over time](%s)\n\n![Queue length and bound per tier over time](%s)\n", chartWaits, chartRefusals, chartQueueBound)

@@ -45,6 +45,16 @@ type sample struct {
 	Refused   map[string]map[string]float64 // tiergate_rejections_total: tier → cause → count
 	Responses map[string]map[string]float64 // tiergate_requests_total: tier → code → count
 	Waits     map[string]*histogram         // tiergate_queue_wait_seconds per tier
+	// FairGap is tiergate_fairness_gap_tokens per tier, the largest over
+	// the dispatchers (each orders its own queue), and FairGapBound
+	// tiergate_fairness_gap_bound_tokens likewise; both are reported in
+	// Tokens mode only.
+	FairGap, FairGapBound map[string]float64
+	// TokensMode counts the dispatchers whose policy is in Tokens mode.
+	TokensMode int
+	// BytesPerToken is the smallest tiergate_bytes_per_token, the ratio
+	// the dispatchers estimate prompts at (0: none reported).
+	BytesPerToken float64
 }
 
 // tierSample is one tier summed over the dispatchers.
@@ -186,7 +196,8 @@ func (o *observer) scrape(ctx context.Context) sample {
 	}
 	wg.Wait()
 	s := sample{T: time.Since(t0), OK: true, Tiers: map[string]tierSample{},
-		Refused: map[string]map[string]float64{}, Responses: map[string]map[string]float64{}, Waits: map[string]*histogram{}}
+		Refused: map[string]map[string]float64{}, Responses: map[string]map[string]float64{}, Waits: map[string]*histogram{},
+		FairGap: map[string]float64{}, FairGapBound: map[string]float64{}}
 	if t0.IsZero() {
 		s.T = -1 // before the load: not part of any chart
 	}
@@ -212,6 +223,9 @@ func (o *observer) scrape(ctx context.Context) sample {
 		s.Versions = append(s.Versions, q.PolicyVersion)
 		limits := map[string]policy.Tier{}
 		if r.pol != nil {
+			if r.pol.FairnessOf().Mode == policy.FairnessTokens {
+				s.TokensMode++
+			}
 			if i == 0 {
 				s.Backends = len(r.pol.Backends)
 			}
@@ -258,6 +272,17 @@ func addMetrics(s *sample, mfs map[string]*dto.MetricFamily) {
 			s.Responses[l["tier"]] = map[string]float64{}
 		}
 		s.Responses[l["tier"]][l["code"]] += m.GetCounter().GetValue()
+	}
+	for name, into := range map[string]map[string]float64{"tiergate_fairness_gap_tokens": s.FairGap, "tiergate_fairness_gap_bound_tokens": s.FairGapBound} {
+		for _, m := range mfs[name].GetMetric() {
+			tier := labels(m)["tier"]
+			into[tier] = math.Max(into[tier], m.GetGauge().GetValue())
+		}
+	}
+	for _, m := range mfs["tiergate_bytes_per_token"].GetMetric() {
+		if v := m.GetGauge().GetValue(); v > 0 && (s.BytesPerToken == 0 || v < s.BytesPerToken) {
+			s.BytesPerToken = v
+		}
 	}
 	for _, m := range mfs["tiergate_queue_wait_seconds"].GetMetric() {
 		tier := labels(m)["tier"]

@@ -64,7 +64,7 @@ func (g *loadGen) openaiWorker(issueCtx, reqCtx context.Context, s streamPlan, w
 	}
 	params := openai.ChatCompletionNewParams{
 		Model:     "sim-model",
-		Messages:  []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Summarise the demo in one line.")},
+		Messages:  []openai.ChatCompletionMessageParamUnion{openai.UserMessage(shortPrompt)},
 		MaxTokens: openai.Int(16),
 	}
 	if b := s.Budget; b != nil {

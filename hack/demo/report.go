@@ -58,6 +58,8 @@ type summary struct {
 	// Zero is the scale-from-zero phase after the main load; the rest of
 	// the summary is the main load's alone.
 	Zero *zeroSummary `json:"zero,omitempty"`
+	// Fair is the token-fairness phase, after the scale-from-zero one.
+	Fair *fairSummary `json:"fairness,omitempty"`
 }
 
 // tierSummary is one tier, client-side (every HTTP request, openai-go
@@ -266,6 +268,7 @@ func (d *demo) summarize(runErr error) *summary {
 	s.OpenAI = summarizeOpenAI(d.plan, calls)
 	s.Budget = summarizeBudget(d.plan, calls, d.budgets)
 	s.Zero = d.summarizeZero()
+	s.Fair = d.summarizeFair()
 	return s
 }
 
@@ -385,6 +388,13 @@ func (d *demo) writeReport(runErr error) error {
 			return drawZero(p, s.Zero, d.zero.obs.all(), zrecs, zwaits, tierOrder(d.zero.plan))
 		}})
 	}
+	if s.Fair != nil {
+		fcalls, sims := d.fair.snapshot()
+		charts = append(charts, struct {
+			file string
+			draw func(string) error
+		}{chartFair, func(p string) error { return drawFair(p, s.Fair, fcalls, sims, d.fair.obs.all(), d.fair.weights) }})
+	}
 	var errs []error
 	for _, c := range charts {
 		if err := c.draw(filepath.Join(dir, c.file)); err != nil {
@@ -416,6 +426,16 @@ func (d *demo) writeReport(runErr error) error {
 			secondsD(z.ColdStartSeconds), z.Held, z.Served, z.Refused, z.DesiredReplicas)
 		for _, t := range z.Tiers {
 			d.ui.logf("  %-8s %s", t.Tier, zeroTierWords(t, z.ColdStartSeconds))
+		}
+	}
+	if f := s.Fair; f != nil {
+		d.ui.logf("token fairness in tier %s (%d of %d requests answered 200; fairness gap at most %.0f, bound %.0f):", f.Tier, f.OK, f.Requests, f.GapMax, f.GapBound)
+		for _, m := range f.Modes {
+			var parts []string
+			for _, t := range m.Tenants {
+				parts = append(parts, fmt.Sprintf("%s %.1f%% of the weighted tokens (%d requests, wait p50 %.1fs p99 %.1fs)", t.Tenant, 100*t.Share, t.Requests, t.WaitP50, t.WaitP99))
+			}
+			d.ui.logf("  %-8s jainTokens %.3f: %s", m.Mode, m.JainTokens, strings.Join(parts, "; "))
 		}
 	}
 	return errors.Join(errs...)

@@ -70,6 +70,47 @@ type summary struct {
 	} `json:"openai"`
 	Budget *budgetSummary `json:"budget"`
 	Zero   *zeroSummary   `json:"zero"`
+	Fair   *fairSummary   `json:"fairness"`
+}
+
+// fairSummary is the token-fairness phase of summary.json.
+type fairSummary struct {
+	Tier        string  `json:"tier"`
+	PatchedAt   float64 `json:"patchedAtSeconds"`
+	SwitchedAt  float64 `json:"switchedAtSeconds"`
+	LoadEnd     float64 `json:"loadEndSeconds"`
+	ModeSeconds float64 `json:"modeSeconds"`
+	Dispatchers int     `json:"dispatchers"`
+	Switched    int     `json:"switchedDispatchers"`
+	Tenants     []struct {
+		Tenant       string `json:"tenant"`
+		PromptTokens int64  `json:"promptTokens"`
+		Cost         int64  `json:"cost"`
+	} `json:"tenants"`
+	Requests int            `json:"requests"`
+	OK       int            `json:"ok"`
+	NotOK    map[string]int `json:"notOK"`
+	Modes    []struct {
+		Mode       string  `json:"mode"`
+		JainTokens float64 `json:"jainTokens"`
+		Tenants    []struct {
+			Tenant         string  `json:"tenant"`
+			Requests       int     `json:"requests"`
+			WeightedTokens float64 `json:"weightedTokens"`
+			Share          float64 `json:"share"`
+			WaitP50        float64 `json:"waitP50Seconds"`
+			WaitP99        float64 `json:"waitP99Seconds"`
+		} `json:"tenants"`
+	} `json:"modes"`
+	GapMax     float64                                       `json:"gapMax"`
+	GapBound   float64                                       `json:"gapBound"`
+	GapSamples int                                           `json:"gapSamples"`
+	Served     map[string]struct{ Prompt, Completion int64 } `json:"servedBySimservers"`
+	Usage      map[string]struct{ Prompt, Completion int64 } `json:"usageOfAnswers"`
+	Jobs       struct {
+		Admitted, Dispatched, Abandoned, Expired, Drained uint64
+		Idle                                              bool
+	} `json:"jobs"`
 }
 
 // budgetSummary is the tenant over its tokens budget in summary.json.
@@ -271,6 +312,7 @@ func TestShortDemo(t *testing.T) {
 
 	checkBudget(t, s)
 	checkZero(t, s.Zero)
+	checkFair(t, s.Fair)
 	checkMarkdown(t, r.report, s)
 	checkCharts(t, r.report, s.Charts)
 }
@@ -378,6 +420,73 @@ func checkZero(t *testing.T, z *zeroSummary) {
 	}
 }
 
+// checkFair checks the token-fairness phase: lexcorp (2,000-token
+// prompts) and stark (50) in the standard tier, the same max_tokens and
+// as many closed-loop workers. Served by age (Requests mode), lexcorp
+// gets most of the weighted tokens; by virtual token counters (Tokens
+// mode, once every dispatcher holds it), about half. Every request is
+// answered 200, the simservers served exactly the tokens the answers
+// report, every queued request ended once, and the dispatchers' fairness
+// gap stays within the largest request's cost.
+func checkFair(t *testing.T, f *fairSummary) {
+	t.Helper()
+	if f == nil {
+		t.Fatal("summary.json has no token-fairness phase")
+	}
+	if f.Tier != "standard" || f.Dispatchers != 2 || f.Switched != 2 || f.SwitchedAt <= f.PatchedAt || f.SwitchedAt-f.PatchedAt > 10 {
+		t.Errorf("tier %s: the switch patched at %.2fs reached %d of %d dispatchers at %.2fs", f.Tier, f.PatchedAt, f.Switched, f.Dispatchers, f.SwitchedAt)
+	}
+	if f.Requests == 0 || f.OK != f.Requests || len(f.NotOK) != 0 {
+		t.Errorf("%d of %d requests answered 200; the rest %v", f.OK, f.Requests, f.NotOK)
+	}
+	var prompts []int64
+	for _, tn := range f.Tenants {
+		prompts = append(prompts, tn.PromptTokens)
+		if f.Served[tn.Tenant] != f.Usage[tn.Tenant] || f.Usage[tn.Tenant].Prompt == 0 {
+			t.Errorf("%s: the simservers served %+v, the answers report %+v", tn.Tenant, f.Served[tn.Tenant], f.Usage[tn.Tenant])
+		}
+	}
+	if diff := cmp.Diff([]int64{2000, 50}, prompts); diff != "" {
+		t.Errorf("prompt tokens of lexcorp and stark (-want +got):\n%s", diff)
+	}
+	// The bound is lexcorp's reservation: 2,200 weighted tokens at the
+	// simservers' 4 bytes a token, a little more where the dispatchers'
+	// learned ratio is below 4 (the other phases' prompts are not whole
+	// multiples of 4 bytes).
+	if f.GapSamples == 0 || f.GapMax <= 0 || f.GapMax > f.GapBound || f.GapBound < 2200 || f.GapBound > 2300 {
+		t.Errorf("fairness gap: %d samples, max %.0f, bound %.0f (want lexcorp's reservation, 2200 to 2300)", f.GapSamples, f.GapMax, f.GapBound)
+	}
+	if j := f.Jobs; !j.Idle || j.Admitted != uint64(f.Requests) || j.Dispatched != j.Admitted {
+		t.Errorf("the phase's queue totals %+v for %d requests", j, f.Requests)
+	}
+	var modes []string
+	for _, m := range f.Modes {
+		modes = append(modes, m.Mode)
+		if len(m.Tenants) != 2 || m.Tenants[0].Tenant != "lexcorp" || m.Tenants[1].Requests == 0 || m.Tenants[0].Requests == 0 {
+			t.Errorf("%s mode: tenants %+v", m.Mode, m.Tenants)
+			continue
+		}
+		share := m.Tenants[0].Share
+		switch m.Mode {
+		case "Requests":
+			if share <= 0.75 {
+				t.Errorf("Requests mode: lexcorp got %.3f of the weighted tokens, want > 0.75 (served by age)", share)
+			}
+		case "Tokens":
+			if share < 0.35 || share > 0.65 || m.JainTokens < 0.9 {
+				t.Errorf("Tokens mode: lexcorp got %.3f of the weighted tokens (jainTokens %.3f), want about half", share, m.JainTokens)
+			}
+		}
+		t.Logf("%s mode: jainTokens %.3f; lexcorp %.3f of the weighted tokens in %d requests (wait p50 %.1fs, p99 %.1fs), stark %d requests (wait p50 %.1fs, p99 %.1fs)",
+			m.Mode, m.JainTokens, share, m.Tenants[0].Requests, m.Tenants[0].WaitP50, m.Tenants[0].WaitP99, m.Tenants[1].Requests, m.Tenants[1].WaitP50, m.Tenants[1].WaitP99)
+	}
+	if diff := cmp.Diff([]string{"Requests", "Tokens"}, modes); diff != "" {
+		t.Errorf("modes (-want +got):\n%s", diff)
+	}
+	t.Logf("token fairness: %d requests, all 200; switch reached %d dispatchers %.2fs after the patch; fairness gap at most %.0f of %.0f (%d samples)",
+		f.Requests, f.Switched, f.SwitchedAt-f.PatchedAt, f.GapMax, f.GapBound, f.GapSamples)
+}
+
 func checkMarkdown(t *testing.T, dir string, s summary) {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(dir, "README.md"))
@@ -385,7 +494,7 @@ func checkMarkdown(t *testing.T, dir string, s summary) {
 		t.Fatal(err)
 	}
 	md := string(b)
-	wants := []string{"# tiergate demo report", "## What the numbers show", "## Scale events", "## The openai-go client", "## A tenant over its token budget", "## Scale from zero and back",
+	wants := []string{"# tiergate demo report", "## What the numbers show", "## Scale events", "## The openai-go client", "## A tenant over its token budget", "## Scale from zero and back", "## Token fairness within a tier",
 		"### 00:10", "### 00:20", "AgeingHorizonExceedsClientTimeout"}
 	for _, tier := range s.Tiers {
 		// The per-tier row carries the summary's numbers.
@@ -403,7 +512,7 @@ func checkMarkdown(t *testing.T, dir string, s summary) {
 
 func checkCharts(t *testing.T, dir string, charts []string) {
 	t.Helper()
-	if diff := cmp.Diff([]string{"queue-wait.png", "refusals.png", "queue-and-bounds.png", "scale-from-zero.png"}, charts); diff != "" {
+	if diff := cmp.Diff([]string{"queue-wait.png", "refusals.png", "queue-and-bounds.png", "scale-from-zero.png", "token-fairness.png"}, charts); diff != "" {
 		t.Errorf("charts (-want +got):\n%s", diff)
 	}
 	for _, c := range charts {
