@@ -102,12 +102,14 @@ type fairSummary struct {
 			WaitP99        float64 `json:"waitP99Seconds"`
 		} `json:"tenants"`
 	} `json:"modes"`
-	GapMax     float64                                       `json:"gapMax"`
-	GapBound   float64                                       `json:"gapBound"`
-	GapSamples int                                           `json:"gapSamples"`
-	Served     map[string]struct{ Prompt, Completion int64 } `json:"servedBySimservers"`
-	Usage      map[string]struct{ Prompt, Completion int64 } `json:"usageOfAnswers"`
-	Jobs       struct {
+	GapMax   float64 `json:"gapMax"`
+	GapBound float64 `json:"gapBound"`
+	// GapBoundMetric is the dispatchers' own tiergate_fairness_gap_bound_tokens.
+	GapBoundMetric float64                                       `json:"gapBoundMetric"`
+	GapSamples     int                                           `json:"gapSamples"`
+	Served         map[string]struct{ Prompt, Completion int64 } `json:"servedBySimservers"`
+	Usage          map[string]struct{ Prompt, Completion int64 } `json:"usageOfAnswers"`
+	Jobs           struct {
 		Admitted, Dispatched, Abandoned, Expired, Drained uint64
 		Idle                                              bool
 	} `json:"jobs"`
@@ -455,6 +457,9 @@ func checkFair(t *testing.T, f *fairSummary) {
 	// multiples of 4 bytes).
 	if f.GapSamples == 0 || f.GapMax <= 0 || f.GapMax > f.GapBound || f.GapBound < 2200 || f.GapBound > 2300 {
 		t.Errorf("fairness gap: %d samples, max %.0f, bound %.0f (want lexcorp's reservation, 2200 to 2300)", f.GapSamples, f.GapMax, f.GapBound)
+	}
+	if f.GapBoundMetric != f.GapBound {
+		t.Errorf("the dispatchers' tiergate_fairness_gap_bound_tokens %.0f, want the largest reservation charged, %.0f", f.GapBoundMetric, f.GapBound)
 	}
 	if j := f.Jobs; !j.Idle || j.Admitted != uint64(f.Requests) || j.Dispatched != j.Admitted {
 		t.Errorf("the phase's queue totals %+v for %d requests", j, f.Requests)
