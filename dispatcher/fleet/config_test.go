@@ -52,6 +52,10 @@ func TestConfigRefusals(t *testing.T) {
 			cfg:  Config{URL: "redis://h:1", RenewInterval: -time.Second},
 			want: `fleet: invalid configuration: --state-renew-interval -1s: want more than 0`,
 		},
+		"hand-off hold below a millisecond": {
+			cfg:  Config{URL: "redis://h:1", HandoffHold: -time.Second},
+			want: `fleet: invalid configuration: hand-off hold -1s: want at least 1ms`,
+		},
 		"password twice": {
 			cfg:  Config{URL: "redis://:pw@h:1", PasswordFile: empty},
 			want: `fleet: invalid configuration: --state carries a password and --redis-password-file is set: give one`,
