@@ -11,9 +11,7 @@ import (
 
 // Fleet is an in-memory fleet-wide store with exact counts and no lease
 // expiry: the fake the queue's tests run against, and the reference the
-// conformance suite holds the Redis Gate to. Like it, it hands the slots a
-// dispatcher frees to the other dispatchers starved for the pool (holds
-// that never expire here). Each dispatcher of the fleet
+// conformance suite holds the Redis Gate to. Each dispatcher of the fleet
 // talks to it through its own Fake.
 type Fleet struct {
 	mu      sync.Mutex
@@ -27,10 +25,10 @@ type Fleet struct {
 	hold    int            // exchanges still to hold
 	held    chan *HeldCall // where held exchanges are announced
 	calls   map[string]int // Enqueue and Exchange calls
-	// starved is the dispatchers last refused because the pool was full,
-	// by when (a sequence, oldest first); holds the ones a freed slot is
-	// held for. A hold counts as a used slot. No expiry: a fake dispatcher
-	// never crashes.
+	// With handOff, starved is the dispatchers last refused because the
+	// pool was full, by when (a sequence, oldest first), and holds the ones
+	// a freed slot is held for; a hold counts as a used slot.
+	handOff bool
 	starved map[string]int
 	holds   map[string]bool
 	seq     int
@@ -60,6 +58,17 @@ var _ gate.Gate = (*Fake)(nil)
 
 // Gate returns the Gate of the dispatcher called name.
 func (f *Fleet) Gate(name string) *Fake { return &Fake{f: f, name: name} }
+
+// HandOff makes the fleet hand the slots a dispatcher frees to the other
+// dispatchers starved for the pool, as the Redis Gate does (its
+// conformance cases need it). Off by default: a fake has no clock, so its
+// holds and starved dispatchers never expire, which a test whose other
+// dispatcher is refused once and never claims again does not expect.
+func (f *Fleet) HandOff(on bool) {
+	f.mu.Lock()
+	f.handOff = on
+	f.mu.Unlock()
+}
 
 // FailEnqueue makes every Enqueue fail with err until it is called with nil.
 func (f *Fleet) FailEnqueue(err error) {
@@ -205,13 +214,16 @@ func (g *Fake) Exchange(slots int, returns []gate.Lease, claims []gate.Claim) {
 	if len(claims) > 0 {
 		delete(f.holds, g.name) // spent on these claims
 	}
-	f.handOff(g.name, slots, freed)
+	if f.handOff {
+		f.give(g.name, slots, freed)
+	}
 	poolFull := false
 	for i := range claims {
 		claims[i].Result = f.claim(g.name, slots, claims[i])
 		poolFull = poolFull || claims[i].Result == gate.PoolFull
 	}
 	switch {
+	case !f.handOff:
 	case poolFull:
 		f.seq++
 		f.starved[g.name] = f.seq
@@ -220,10 +232,10 @@ func (g *Fake) Exchange(slots int, returns []gate.Lease, claims []gate.Claim) {
 	}
 }
 
-// handOff holds up to freed slots, one each, for the other starved
+// give holds up to freed slots, one each, for the other starved
 // dispatchers without a hold, the longest starved first, while a slot is
 // free.
-func (f *Fleet) handOff(owner string, slots, freed int) {
+func (f *Fleet) give(owner string, slots, freed int) {
 	var names []string
 	for name := range f.starved {
 		if name != owner && !f.holds[name] {
