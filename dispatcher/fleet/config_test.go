@@ -174,7 +174,7 @@ func TestKeysShareOneHashTag(t *testing.T) {
 			ks := keysFor(tc.pool)
 			all := []string{
 				ks.slots(), ks.tenantSlots("t{1}"), ks.tierQueued("free}"), ks.tenantQueued("{x"),
-				ks.dispatchers(), ks.waiting(), ks.freed(),
+				ks.dispatchers(), ks.waiting(), ks.freed(), ks.starved(), ks.handoff(),
 			}
 			for _, k := range all {
 				if got := hashTag(k); got != tc.wantTag {

@@ -158,3 +158,39 @@ func TestUnspentHoldIdlesItsSlotAtMostTheHold(t *testing.T) {
 	}
 	l.claim(1, 1, results(gate.OK), "c")
 }
+
+// TestLeavingGivesItsHoldBack: a starved dispatcher that closes takes its
+// hold and its waiting entries out at once, so the slot held for it is
+// free for the others before the hold ends.
+func TestLeavingGivesItsHoldBack(t *testing.T) {
+	s := redistest.Start(t, redistest.Options{})
+	c := rawClient(t, s)
+	cfg := Config{LeaseTTL: 5 * time.Second, RenewInterval: time.Second, HandoffHold: time.Minute}
+	gs := []*Redis{newGate(t, s, "d1", cfg), newGate(t, s, "d2", cfg)}
+	for _, g := range gs {
+		g.ObservePolicy(fleetPolicy("ns/leave", 1))
+		g.Start(func() {})
+	}
+	l := newLeases(t, gs...)
+	l.enqueue(0, "a", "a", 5, 5, gate.OK, 1)
+	l.claim(1, 1, results(gate.OK), "a")
+	l.enqueue(1, "b", "b", 5, 5, gate.OK, 1)
+	l.claim(1, 1, results(gate.PoolFull), "b")
+	l.enqueue(0, "c", "c", 5, 5, gate.OK, 2)
+	l.give("a")
+	l.claim(1, 1, results(gate.PoolFull), "c") // held for d2, for a minute
+	ks := keysFor("ns/leave")
+	if diff := cmp.Diff([]string{"d2"}, members(t, c, ks.handoff())); diff != "" {
+		t.Fatalf("holds (-want +got):\n%s", diff)
+	}
+	_ = gs[1].Close()
+	if diff := cmp.Diff([]string{}, members(t, c, ks.handoff()), cmpopts.EquateEmpty()); diff != "" {
+		t.Errorf("holds after d2 left (-want +got):\n%s", diff)
+	}
+	for _, k := range []string{ks.starved(), ks.waiting()} {
+		if diff := cmp.Diff([]string{"d1"}, members(t, c, k)); diff != "" {
+			t.Errorf("%s after d2 left (-want +got):\n%s", k, diff)
+		}
+	}
+	l.claim(1, 1, results(gate.OK), "c")
+}
