@@ -29,6 +29,10 @@ const (
 	// defaultOpTimeout bounds one Redis round trip on the dispatch path.
 	// Past it the dispatcher falls back to its local slice.
 	defaultOpTimeout = 250 * time.Millisecond
+	// defaultHandoffHold is how long a slot handed to a starved dispatcher
+	// waits for it: a pub/sub wake-up and one exchange take milliseconds,
+	// and an unclaimed hold idles its slot at most this long.
+	defaultHandoffHold = 250 * time.Millisecond
 )
 
 // errInvalidConfig wraps every configuration error.
@@ -60,6 +64,11 @@ type Config struct {
 	// has blocked waits without a wake-up before it asks again; it covers
 	// lost pub/sub messages. Defaults to RenewInterval.
 	RecheckInterval time.Duration
+	// HandoffHold is how long a slot freed while another dispatcher was
+	// starved stays held for that dispatcher (docs/fleet.md, "Fair
+	// hand-off"). A starved dispatcher stays one for 2 × RecheckInterval
+	// after its last refusal.
+	HandoffHold time.Duration
 	// DispatcherID names this dispatcher in lease members; defaults to the
 	// host name plus a random suffix, so a restarted pod is a new owner.
 	DispatcherID string
@@ -86,6 +95,9 @@ func (c *Config) defaults() {
 	if c.RecheckInterval == 0 {
 		c.RecheckInterval = c.RenewInterval
 	}
+	if c.HandoffHold == 0 {
+		c.HandoffHold = defaultHandoffHold
+	}
 }
 
 func (c *Config) validate() error {
@@ -109,6 +121,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("%w: op timeout %s: want more than 0", errInvalidConfig, c.OpTimeout)
 	case c.RecheckInterval <= 0:
 		return fmt.Errorf("%w: recheck interval %s: want more than 0", errInvalidConfig, c.RecheckInterval)
+	case c.HandoffHold < time.Millisecond:
+		return fmt.Errorf("%w: hand-off hold %s: want at least 1ms", errInvalidConfig, c.HandoffHold)
 	}
 	if c.CAFile != "" && u.Scheme != "rediss" {
 		return fmt.Errorf("%w: --redis-ca-file is set but --state is not rediss://", errInvalidConfig)

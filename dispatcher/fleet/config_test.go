@@ -52,6 +52,10 @@ func TestConfigRefusals(t *testing.T) {
 			cfg:  Config{URL: "redis://h:1", RenewInterval: -time.Second},
 			want: `fleet: invalid configuration: --state-renew-interval -1s: want more than 0`,
 		},
+		"hand-off hold below a millisecond": {
+			cfg:  Config{URL: "redis://h:1", HandoffHold: -time.Second},
+			want: `fleet: invalid configuration: hand-off hold -1s: want at least 1ms`,
+		},
 		"password twice": {
 			cfg:  Config{URL: "redis://:pw@h:1", PasswordFile: empty},
 			want: `fleet: invalid configuration: --state carries a password and --redis-password-file is set: give one`,
@@ -170,7 +174,7 @@ func TestKeysShareOneHashTag(t *testing.T) {
 			ks := keysFor(tc.pool)
 			all := []string{
 				ks.slots(), ks.tenantSlots("t{1}"), ks.tierQueued("free}"), ks.tenantQueued("{x"),
-				ks.dispatchers(), ks.waiting(), ks.freed(),
+				ks.dispatchers(), ks.waiting(), ks.freed(), ks.starved(), ks.handoff(),
 			}
 			for _, k := range all {
 				if got := hashTag(k); got != tc.wantTag {

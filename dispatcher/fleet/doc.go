@@ -30,6 +30,11 @@
 // interval (lost messages, expired leases). Nothing polls: the timer is
 // armed only by a refusal.
 //
+// Fair hand-off. A dispatcher refused for a full pool is starved for a
+// while; the slots other dispatchers' returns free go to starved ones as
+// short holds (HandoffHold) that count as used for everyone else, so a
+// busy dispatcher cannot keep re-claiming what it frees.
+//
 // Degraded mode. When a Redis call fails or times out (OpTimeout), the
 // Gate logs once, sets tiergate_state_degraded to 1 and answers from its
 // own ledger: this dispatcher's slice of the pool-wide numbers, split as

@@ -143,7 +143,9 @@ func (g *Redis) beginExchangeLocked(slots int, returns []gate.Lease, claims []ga
 	if slots > 0 {
 		g.poolSlots = slots
 	}
-	x := &exchange{pool: g.pool, keys: g.poolKeys, slots: slots, claims: claims, leases: make([]*lease, len(claims))}
+	// A return-only exchange may pass 0: the pool's last known size still
+	// decides what its returns free for a hand-off.
+	x := &exchange{pool: g.pool, keys: g.poolKeys, slots: g.poolSlots, claims: claims, leases: make([]*lease, len(claims))}
 	for _, n := range returns {
 		if ls, ok := g.led.remove(n); ok {
 			x.returns = append(x.returns, ls)
@@ -228,10 +230,11 @@ func (g *Redis) settleLocked(x *exchange, waitMs int64) {
 // returns the script's re-check hint.
 func (g *Redis) remoteExchange(x *exchange) (int64, error) {
 	ks := x.keys
-	keys := make([]string, 2, 2+2*len(x.returns)+3*len(x.claims))
-	keys[0], keys[1] = ks.slots(), ks.waiting()
-	args := make([]any, 5, 5+len(x.returns)+2*len(x.claims))
+	keys := make([]string, 4, 4+2*len(x.returns)+3*len(x.claims))
+	keys[0], keys[1], keys[2], keys[3] = ks.slots(), ks.waiting(), ks.starved(), ks.handoff()
+	args := make([]any, 7, 7+len(x.returns)+2*len(x.claims))
 	args[0], args[1], args[2], args[3] = g.ttlMs, x.slots, g.id, ks.freed()
+	args[5], args[6] = g.cfg.HandoffHold.Milliseconds(), (2 * g.cfg.RecheckInterval).Milliseconds()
 	var others map[string]*batch
 	for _, ls := range x.returns {
 		if ls.pool != x.pool {
@@ -248,7 +251,7 @@ func (g *Redis) remoteExchange(x *exchange) (int64, error) {
 		keys = append(keys, a, b)
 		args = append(args, ls.member)
 	}
-	args[4] = len(args) - 5
+	args[4] = len(args) - 7
 	if err := g.removeElsewhere(others); err != nil {
 		return 0, err
 	}

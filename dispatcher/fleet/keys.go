@@ -11,6 +11,7 @@ const keyPrefix = "tg:"
 type keys struct {
 	tag                                      string // "tg:{<escaped pool>}"
 	slotsKey, waitingKey, freedKey, dispsKey string
+	starvedKey, handoffKey                   string
 }
 
 // tagEscaper keeps braces out of the hash tag: Redis takes the tag from the
@@ -20,7 +21,10 @@ var tagEscaper = strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D")
 
 func keysFor(pool string) keys {
 	tag := keyPrefix + "{" + tagEscaper.Replace(pool) + "}"
-	return keys{tag: tag, slotsKey: tag + ":slots", waitingKey: tag + ":waiting", freedKey: tag + ":freed", dispsKey: tag + ":dispatchers"}
+	return keys{
+		tag: tag, slotsKey: tag + ":slots", waitingKey: tag + ":waiting", freedKey: tag + ":freed", dispsKey: tag + ":dispatchers",
+		starvedKey: tag + ":starved", handoffKey: tag + ":handoff",
+	}
 }
 
 // slots is the pool's in-flight leases (a sorted set scored by expiry).
@@ -41,6 +45,14 @@ func (k keys) dispatchers() string { return k.dispsKey }
 // waiting is the dispatchers the fleet refused a slot lately, scored by
 // expiry: releases announce themselves only when it is not empty.
 func (k keys) waiting() string { return k.waitingKey }
+
+// starved is the dispatchers the fleet refused a slot because the pool
+// was full, scored by expiry: the slots others free are handed to them.
+func (k keys) starved() string { return k.starvedKey }
+
+// handoff is the holds: a starved dispatcher, scored by when the slot held
+// for it goes back to everyone. Each counts as a used slot of the pool.
+func (k keys) handoff() string { return k.handoffKey }
 
 // freed is the pub/sub channel a release announces itself on.
 func (k keys) freed() string { return k.freedKey }

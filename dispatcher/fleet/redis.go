@@ -275,8 +275,9 @@ func (g *Redis) leave() {
 	}
 	if pool != "" {
 		ks := keysFor(pool)
-		_, _ = g.run(opLeave, removeScript, []string{ks.waiting(), ks.dispatchers(), ks.waiting()},
-			"", g.id, 0, 1, g.id, 1, g.id)
+		// A slot held for it goes back to everyone now, not when the hold ends.
+		_, _ = g.run(opLeave, removeScript, []string{ks.waiting(), ks.dispatchers(), ks.waiting(), ks.starved(), ks.handoff()},
+			"", g.id, 0, 1, g.id, 1, g.id, 1, g.id, 1, g.id)
 	}
 }
 

@@ -62,52 +62,80 @@ return {0, nt + 1}
 `)
 
 // exchangeScript is one exchange of the queue with the fleet: it first
-// removes the leases the dispatcher gives back, then decides its claims in
-// order, each turning a queued place into a slot with the same member.
+// removes the leases the dispatcher gives back, hands the slots they freed
+// to other starved dispatchers, then decides its claims in order, each
+// turning a queued place into a slot with the same member.
 //
-//	KEYS: slots, waiting, then per return: its two sets (slots and
-//	      tenantSlots, or tierQueued and tenantQueued), then per claim:
-//	      tenantSlots, tierQueued, tenantQueued
-//	ARGV: ttlMs, slots, dispatcherID, channel, r (returns), then per
-//	      return: member; then per claim: member, tenantLimit
+//	KEYS: slots, waiting, starved, handoff, then per return: its two sets
+//	      (slots and tenantSlots, or tierQueued and tenantQueued), then per
+//	      claim: tenantSlots, tierQueued, tenantQueued
+//	ARGV: ttlMs, slots, dispatcherID, channel, r (returns), holdMs,
+//	      starvedMs, then per return: member; then per claim: member,
+//	      tenantLimit
 //	returns {code per claim…, waitMs}: code 0 granted, 1 pool full (so is
 //	every later claim), 2 tenant full; waitMs is how long until the
-//	earliest lease in the full set expires, the latest a re-check is worth
-//	it. A refused dispatcher enters the waiting set for a TTL, so releases
-//	announce themselves to it. When the returns freed more slots than the
-//	claims took and another dispatcher is waiting, dispatcherID is
-//	published on channel.
+//	earliest lease in the full set (or hold, when the pool is full)
+//	expires, the latest a re-check is worth it.
+//
+// A refused dispatcher enters waiting for ttlMs, so releases announce
+// themselves to it; refused for the pool, it also enters starved for
+// starvedMs. An exchange that grants all its claims takes it out of both.
+// Each slot the returns free goes, while starved dispatchers other than
+// this one have no hold, to one of them as a hold (a member of handoff,
+// the dispatcher, scored holdMs ahead): a hold counts as a used slot
+// until its dispatcher's next exchange with claims spends it, or it
+// expires. So a dispatcher that always has work cannot keep what it frees
+// while another waits. When the returns (and a spent hold) freed more
+// slots than the claims took and another dispatcher is waiting,
+// dispatcherID is published on channel.
 var exchangeScript = redis.NewScript(luaPrologue + `
-local ttl = tonumber(ARGV[1])
-local limit = tonumber(ARGV[2])
+local ttl, limit, me = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
 local r = tonumber(ARGV[5])
+local holdMs, starvedMs = tonumber(ARGV[6]), tonumber(ARGV[7])
+local S, W, ST, H = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local freed = 0
 for i = 1, r do
-  local a, b, m = KEYS[1 + 2 * i], KEYS[2 + 2 * i], ARGV[5 + i]
+  local a, b, m = KEYS[3 + 2 * i], KEYS[4 + 2 * i], ARGV[7 + i]
   local x = redis.call('ZREM', a, m)
   redis.call('ZREM', b, m)
-  if a == KEYS[1] then freed = freed + x end
+  if a == S then freed = freed + x end
 end
-prune(KEYS[1])
-local used = redis.call('ZCARD', KEYS[1])
+prune(S)
+prune(H)
+prune(ST)
+local c = (#KEYS - 4 - 2 * r) / 3
+local spent = 0
+if c > 0 then spent = redis.call('ZREM', H, me) end
+local used = redis.call('ZCARD', S) + redis.call('ZCARD', H)
+if freed > 0 then
+  local given = 0
+  for _, d in ipairs(redis.call('ZRANGE', ST, 0, -1)) do
+    if given >= freed or used >= limit then break end
+    if d ~= me and not redis.call('ZSCORE', H, d) then
+      redis.call('ZADD', H, now + holdMs, d)
+      given = given + 1
+      used = used + 1
+    end
+  end
+  if given > 0 then keep(H, holdMs) end
+end
 local codes = {}
-local granted, full = 0, nil
-local c = (#KEYS - 2 - 2 * r) / 3
-local pos = 6 + r
+local granted, full, poolFull = 0, nil, false
+local pos = 8 + r
 for i = 1, c do
-  local k = 2 + 2 * r + 3 * (i - 1)
+  local k = 4 + 2 * r + 3 * (i - 1)
   local m, lim = ARGV[pos], tonumber(ARGV[pos + 1])
   pos = pos + 2
   if used >= limit then
     codes[i] = 1
-    full = KEYS[1]
+    full, poolFull = S, true
   else
     prune(KEYS[k + 1])
     if redis.call('ZCARD', KEYS[k + 1]) >= lim then
       codes[i] = 2
       full = full or KEYS[k + 1]
     else
-      redis.call('ZADD', KEYS[1], now + ttl, m)
+      redis.call('ZADD', S, now + ttl, m)
       redis.call('ZADD', KEYS[k + 1], now + ttl, m)
       keep(KEYS[k + 1], ttl)
       redis.call('ZREM', KEYS[k + 2], m)
@@ -118,18 +146,29 @@ for i = 1, c do
     end
   end
 end
-if granted > 0 then keep(KEYS[1], ttl) end
+if granted > 0 then keep(S, ttl) end
 local wait = 0
 if full then
-  redis.call('ZADD', KEYS[2], now + ttl, ARGV[3])
-  keep(KEYS[2], ttl)
+  redis.call('ZADD', W, now + ttl, me)
+  keep(W, ttl)
   wait = firstExpiry(full)
+  if poolFull then
+    redis.call('ZADD', ST, now + starvedMs, me)
+    keep(ST, starvedMs)
+    local h = firstExpiry(H)
+    if h > 0 and (wait <= 0 or h < wait) then wait = h end
+  else
+    redis.call('ZREM', ST, me)
+  end
+elseif c > 0 then
+  redis.call('ZREM', W, me)
+  redis.call('ZREM', ST, me)
 end
-if freed > granted then
-  prune(KEYS[2])
-  local others = redis.call('ZCARD', KEYS[2])
-  if redis.call('ZSCORE', KEYS[2], ARGV[3]) then others = others - 1 end
-  if others > 0 then redis.call('PUBLISH', ARGV[4], ARGV[3]) end
+if freed + spent > granted then
+  prune(W)
+  local others = redis.call('ZCARD', W)
+  if redis.call('ZSCORE', W, me) then others = others - 1 end
+  if others > 0 then redis.call('PUBLISH', ARGV[4], me) end
 end
 codes[c + 1] = wait
 return codes

@@ -97,13 +97,22 @@ type xreturn struct {
 	sets   [2]string
 }
 
+// The script tests' lease TTL, hold and starved TTL (ms).
+const testTTL, testHold, testStarved = 5000, 2000, 6000
+
 // runExchange runs exchangeScript as the Gate does (tier "free", pool
 // "ns/pool", dispatcher "me"): removals first, then the claims.
 func runExchange(t *testing.T, c *redis.Client, slots int, removals []xreturn, claims []xclaim) []int64 {
 	t.Helper()
+	return runExchangeAs(t, c, "me", slots, removals, claims)
+}
+
+// runExchangeAs is runExchange for dispatcher id.
+func runExchangeAs(t *testing.T, c *redis.Client, id string, slots int, removals []xreturn, claims []xclaim) []int64 {
+	t.Helper()
 	ks := keysFor("ns/pool")
-	keys := []string{ks.slots(), ks.waiting()}
-	args := []any{5000, slots, "me", ks.freed(), len(removals)}
+	keys := []string{ks.slots(), ks.waiting(), ks.starved(), ks.handoff()}
+	args := []any{testTTL, slots, id, ks.freed(), len(removals), testHold, testStarved}
 	for _, r := range removals {
 		keys = append(keys, r.sets[0], r.sets[1])
 		args = append(args, r.member)
@@ -125,7 +134,7 @@ func TestExchangeScript(t *testing.T) {
 	ks := keysFor("ns/pool")
 	pool, acme, bob := ks.slots(), ks.tenantSlots("acme"), ks.tenantSlots("bob")
 	tierQ, acmeQ, bobQ := ks.tierQueued("free"), ks.tenantQueued("acme"), ks.tenantQueued("bob")
-	all := []string{pool, acme, bob, tierQ, acmeQ, bobQ, ks.waiting()}
+	all := []string{pool, acme, bob, tierQ, acmeQ, bobQ, ks.waiting(), ks.starved(), ks.handoff()}
 	q1, q2, b1 := xclaim{"q1", "acme", 1}, xclaim{"q2", "acme", 1}, xclaim{"b1", "bob", 1}
 
 	tests := map[string]struct {
@@ -178,9 +187,16 @@ func TestExchangeScript(t *testing.T) {
 			if diff := cmp.Diff(tc.want, got[:len(got)-1]); diff != "" {
 				t.Errorf("codes (-want +got):\n%s", diff)
 			}
-			refused := false
+			refused, starved := false, []string{}
 			for _, code := range tc.want {
 				refused = refused || code != resOK
+				if code == resPoolFull {
+					starved = []string{"me"}
+				}
+			}
+			// Only a refusal for the pool makes it starved.
+			if diff := cmp.Diff(starved, members(t, c, ks.starved()), cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("starved (-want +got):\n%s", diff)
 			}
 			// A refused dispatcher waits (and hears of releases) until about
 			// when the earliest lease of the full set expires.
@@ -231,7 +247,7 @@ func TestExchangeScriptAnnouncesNetFreedSlots(t *testing.T) {
 		{"freed, nobody waits", nil, false, false},
 	}
 	for _, tc := range tests {
-		c.Del(context.Background(), ks.slots(), ks.waiting(), ks.tenantSlots("acme"), ks.tierQueued("free"), ks.tenantQueued("acme"))
+		c.Del(context.Background(), ks.slots(), ks.waiting(), ks.starved(), ks.handoff(), ks.tenantSlots("acme"), ks.tierQueued("free"), ks.tenantQueued("acme"))
 		seed(t, c, ks.slots(), map[string]int64{"x": far})
 		seed(t, c, ks.tierQueued("free"), map[string]int64{"q": far})
 		w := map[string]int64{}

@@ -64,6 +64,8 @@ func Run(t *testing.T, h Harness) {
 		{"returns land before the claims of the same exchange", caseReturnsFirst},
 		{"caps hold across dispatchers", caseAcrossDispatchers},
 		{"every lease is accounted exactly once", caseExactlyOnce},
+		{"a waiting dispatcher gets the next freed slot", caseHandOff},
+		{"a releaser keeps what is left after one per waiter", caseHandOffShare},
 		{"a crashed dispatcher's leases expire", caseExpiry},
 	}
 	for _, c := range cases {
@@ -221,6 +223,50 @@ func caseExactlyOnce(t *testing.T, s *suite) {
 	s.counts(all(1, 0, map[string][2]int{"a": {0, 0}, "d": {1, 0}}))
 	s.exchange("d2", []gate.Lease{d}, nil)
 	s.counts(all(0, 0, map[string][2]int{"d": {0, 0}}))
+}
+
+func caseHandOff(t *testing.T, s *suite) {
+	a := s.enqueue("d1", "a", gate.OK, 1)
+	b := s.enqueue("d1", "b", gate.OK, 2)
+	s.exchange("d1", nil, []gate.Lease{a, b}, gate.OK, gate.OK)
+	c := s.enqueue("d2", "c", gate.OK, 1)
+	s.exchange("d2", nil, []gate.Lease{c}, gate.PoolFull) // d2 now waits for the pool
+	e := s.enqueue("d1", "e", gate.OK, 2)
+	// d1 frees a slot and claims again in the same exchange: the slot is
+	// d2's, and stays d2's on d1's next try.
+	s.exchange("d1", []gate.Lease{a}, []gate.Lease{e}, gate.PoolFull)
+	s.exchange("d1", nil, []gate.Lease{e}, gate.PoolFull)
+	s.counts(all(1, 2, map[string][2]int{"a": {0, 0}, "b": {1, 0}, "c": {0, 1}, "e": {0, 1}}))
+	s.exchange("d2", nil, []gate.Lease{c}, gate.OK)
+	// d2 got every slot it claimed: it waits no more, so the slot d1 frees
+	// next is d1's own, even though d1 waits too.
+	s.exchange("d1", []gate.Lease{b}, []gate.Lease{e}, gate.OK)
+	s.counts(all(2, 0, map[string][2]int{"b": {0, 0}, "c": {1, 0}, "e": {1, 0}}))
+	s.exchange("d1", []gate.Lease{e}, nil)
+	s.exchange("d2", []gate.Lease{c}, nil)
+	s.counts(all(0, 0, map[string][2]int{"c": {0, 0}, "e": {0, 0}}))
+}
+
+func caseHandOffShare(t *testing.T, s *suite) {
+	a := s.enqueue("d1", "a", gate.OK, 1)
+	b := s.enqueue("d1", "b", gate.OK, 2)
+	s.exchange("d1", nil, []gate.Lease{a, b}, gate.OK, gate.OK)
+	c := s.enqueue("d2", "c", gate.OK, 1)
+	s.exchange("d2", nil, []gate.Lease{c}, gate.PoolFull)
+	e := s.enqueue("d1", "e", gate.OK, 2)
+	f := s.enqueue("d1", "f", gate.OK, 3)
+	// Two slots freed, one dispatcher waiting: d1 keeps one of them.
+	s.exchange("d1", []gate.Lease{a, b}, []gate.Lease{e, f}, gate.OK, gate.PoolFull)
+	// A refusal for a tenant's cap holds nothing back: d2 claims for e's
+	// tenant, spends its hold on it, and the slot is free for anyone.
+	g := s.enqueue("d2", "e", gate.OK, 3)
+	s.exchange("d2", nil, []gate.Lease{g}, gate.TenantFull)
+	s.exchange("d1", nil, []gate.Lease{f}, gate.OK)
+	s.exchange("d2", nil, []gate.Lease{c}, gate.PoolFull)
+	s.counts(all(2, 2, map[string][2]int{"c": {0, 1}, "e": {1, 1}, "f": {1, 0}}))
+	s.exchange("d1", []gate.Lease{e, f}, nil)
+	s.exchange("d2", []gate.Lease{c, g}, nil)
+	s.counts(all(0, 0, map[string][2]int{"c": {0, 0}, "e": {0, 0}, "f": {0, 0}}))
 }
 
 func caseExpiry(t *testing.T, s *suite) {

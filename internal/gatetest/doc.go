@@ -2,8 +2,9 @@
 // gate.Gate is tested with: Fleet, an in-memory fleet-wide store with exact
 // counts whose per-dispatcher Fakes the queue's own tests use, and Run, a
 // conformance suite of cases (bounds, refusals with exact counts, claims
-// and returns, tenant caps, exactly-once accounting, lease expiry) that the
-// Fake and the Redis Gate of dispatcher/fleet both pass.
+// and returns, tenant caps, exactly-once accounting, lease expiry, the
+// hand-off of freed slots to a waiting dispatcher) that the Fake (with
+// HandOff on) and the Redis Gate of dispatcher/fleet both pass.
 //
 // It is for tests only: it imports package testing.
 //

@@ -3,6 +3,7 @@ package gatetest
 import (
 	"errors"
 	"fmt"
+	"sort"
 	"sync"
 
 	"github.com/tiergate/tiergate/dispatcher/queue/gate"
@@ -24,6 +25,13 @@ type Fleet struct {
 	hold    int            // exchanges still to hold
 	held    chan *HeldCall // where held exchanges are announced
 	calls   map[string]int // Enqueue and Exchange calls
+	// With handOff, starved is the dispatchers last refused because the
+	// pool was full, by when (a sequence, oldest first), and holds the ones
+	// a freed slot is held for; a hold counts as a used slot.
+	handOff bool
+	starved map[string]int
+	holds   map[string]bool
+	seq     int
 }
 
 type fakeLease struct {
@@ -36,6 +44,7 @@ func NewFleet() *Fleet {
 	return &Fleet{
 		leases: map[gate.Lease]*fakeLease{}, counts: map[Count]int{}, peaks: map[Count]int{},
 		held: make(chan *HeldCall, 1), calls: map[string]int{},
+		starved: map[string]int{}, holds: map[string]bool{},
 	}
 }
 
@@ -49,6 +58,17 @@ var _ gate.Gate = (*Fake)(nil)
 
 // Gate returns the Gate of the dispatcher called name.
 func (f *Fleet) Gate(name string) *Fake { return &Fake{f: f, name: name} }
+
+// HandOff makes the fleet hand the slots a dispatcher frees to the other
+// dispatchers starved for the pool, as the Redis Gate does (its
+// conformance cases need it). Off by default: a fake has no clock, so its
+// holds and starved dispatchers never expire, which a test whose other
+// dispatcher is refused once and never claims again does not expect.
+func (f *Fleet) HandOff(on bool) {
+	f.mu.Lock()
+	f.handOff = on
+	f.mu.Unlock()
+}
 
 // FailEnqueue makes every Enqueue fail with err until it is called with nil.
 func (f *Fleet) FailEnqueue(err error) {
@@ -185,32 +205,76 @@ func (g *Fake) Exchange(slots int, returns []gate.Lease, claims []gate.Claim) {
 	}
 	defer f.mu.Unlock()
 	f.calls["Exchange"]++
+	freed := 0
 	for _, id := range returns {
-		f.end(g.name, id)
+		if f.end(g.name, id) {
+			freed++
+		}
 	}
+	if len(claims) > 0 {
+		delete(f.holds, g.name) // spent on these claims
+	}
+	if f.handOff {
+		f.give(g.name, slots, freed)
+	}
+	poolFull := false
 	for i := range claims {
 		claims[i].Result = f.claim(g.name, slots, claims[i])
+		poolFull = poolFull || claims[i].Result == gate.PoolFull
+	}
+	switch {
+	case !f.handOff:
+	case poolFull:
+		f.seq++
+		f.starved[g.name] = f.seq
+	case len(claims) > 0:
+		delete(f.starved, g.name)
 	}
 }
 
-func (f *Fleet) end(owner string, id gate.Lease) {
+// give holds up to freed slots, one each, for the other starved
+// dispatchers without a hold, the longest starved first, while a slot is
+// free.
+func (f *Fleet) give(owner string, slots, freed int) {
+	var names []string
+	for name := range f.starved {
+		if name != owner && !f.holds[name] {
+			names = append(names, name)
+		}
+	}
+	sort.Slice(names, func(i, j int) bool { return f.starved[names[i]] < f.starved[names[j]] })
+	for _, name := range names {
+		if freed == 0 || f.used() >= slots {
+			return
+		}
+		f.holds[name] = true
+		freed--
+	}
+}
+
+// used is the pool's slots taken: in flight or held.
+func (f *Fleet) used() int { return f.counts[Count{PoolSlots, ""}] + len(f.holds) }
+
+// end ends one returned lease and reports whether it freed a slot.
+func (f *Fleet) end(owner string, id gate.Lease) bool {
 	l := f.leases[id]
 	switch {
 	case l == nil:
 		f.errs = append(f.errs, fmt.Sprintf("%s returned lease %d, which it does not hold", owner, id))
-		return
+		return false
 	case l.owner != owner:
 		f.errs = append(f.errs, fmt.Sprintf("%s returned lease %d of %s", owner, id, l.owner))
-		return
+		return false
 	}
 	delete(f.leases, id)
 	if l.slot {
 		f.add(Count{PoolSlots, ""}, -1)
 		f.add(Count{TenantSlots, l.tenant}, -1)
-		return
+		return true
 	}
 	f.add(Count{TierQueued, l.tier}, -1)
 	f.add(Count{TenantQueued, l.tenant}, -1)
+	return false
 }
 
 func (f *Fleet) claim(owner string, slots int, c gate.Claim) gate.Result {
@@ -220,7 +284,7 @@ func (f *Fleet) claim(owner string, slots int, c gate.Claim) gate.Result {
 		return gate.PoolFull
 	}
 	switch {
-	case f.counts[Count{PoolSlots, ""}] >= slots:
+	case f.used() >= slots:
 		return gate.PoolFull
 	case f.counts[Count{TenantSlots, l.tenant}] >= c.TenantLimit:
 		return gate.TenantFull

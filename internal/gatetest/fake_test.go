@@ -11,6 +11,7 @@ import (
 func TestFakeConforms(t *testing.T) {
 	Run(t, Harness{NewFleet: func(*testing.T) (func(string) gate.Gate, func(Count) int) {
 		f := NewFleet()
+		f.HandOff(true)
 		return func(name string) gate.Gate { return f.Gate(name) }, f.Count
 	}})
 }
