@@ -258,7 +258,7 @@ func (d *Dispatcher) Serve(ctx context.Context, data, adm net.Listener) error {
 	if d.gate != nil {
 		d.gate.Start(d.q.Kick)
 		countersDone.Go(func() {
-			d.counters.Run(countersCtx, fleet.DefaultCounterSync, func() bool { return d.q.Stats().Queued > 0 })
+			d.counters.Run(countersCtx, fleet.DefaultCounterSync, func() bool { return d.q.Queued() > 0 })
 		})
 	}
 	if d.cfg.PolicyFile != "" {

@@ -390,3 +390,29 @@ func BenchmarkDispatchFairness(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkQueuedAccessor: what the fleet's counter sync pays each tick to
+// ask whether the queue has work, Queued() against the Stats() snapshot it
+// used to take, with 1,000 tenants queued.
+func BenchmarkQueuedAccessor(b *testing.B) {
+	clk := &benchClock{now: t0}
+	q := New(clk)
+	q.UpdatePolicy(benchPolicy(benchSlots, 1000))
+	newBenchWorkload(q, benchTenants, 1000)
+	for _, how := range []string{"Queued", "Stats"} {
+		b.Run("via="+how, func(b *testing.B) {
+			b.ReportAllocs()
+			var n int
+			for range b.N {
+				if how == "Queued" {
+					n += q.Queued()
+				} else {
+					n += q.Stats().Queued
+				}
+			}
+			if n == 0 {
+				b.Fatal("nothing queued")
+			}
+		})
+	}
+}

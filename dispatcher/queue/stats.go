@@ -75,6 +75,14 @@ type TierStats struct {
 	Retired bool
 }
 
+// Queued is how many requests wait, Stats().Queued without the snapshot:
+// the fleet's counter sync asks it every tick.
+func (q *Queue) Queued() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.queued
+}
+
 // Stats returns a snapshot. O(tiers + tenants in flight).
 func (q *Queue) Stats() Stats {
 	q.mu.Lock()

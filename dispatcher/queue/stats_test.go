@@ -25,6 +25,9 @@ func TestStatsSnapshot(t *testing.T) {
 	}
 
 	s := q.Stats()
+	if got := q.Queued(); got != s.Queued {
+		t.Errorf("Queued() = %d, Stats().Queued = %d", got, s.Queued)
+	}
 	// One dispatch each from premium and standard, 5s ago: about 1 per
 	// 5s observed so far (1·e^-0.5 / (10s·(1-e^-0.5)) = 0.154/s).
 	for _, tier := range []string{"premium", "standard"} {
@@ -69,6 +72,9 @@ func TestStatsSnapshot(t *testing.T) {
 	c.ReleaseServed()
 	d.ReleaseServed() // d's second runs
 	s = q.Stats()
+	if got := q.Queued(); got != 0 {
+		t.Errorf("Queued() after the releases = %d, want 0", got)
+	}
 	if s.Queued != 0 || s.InFlight != 1 || s.Completed != 4 || s.Served != 4 || s.Tiers["free"].Dispatched != 3 {
 		t.Fatalf("after releases %+v", s)
 	}
