@@ -85,30 +85,8 @@ var fields = registry{
 		InUse: func(p *Policy) bool { return p.Tokens != nil },
 		Clear: func(p *Policy) { p.Tokens = nil },
 	},
-	{
-		Name: "tiers[].tenantLimits", Since: 2,
-		InUse: func(p *Policy) bool {
-			return slices.ContainsFunc(p.Tiers, func(t Tier) bool { return t.TenantLimits != nil })
-		},
-		Clear: func(p *Policy) {
-			p.Tiers = slices.Clone(p.Tiers)
-			for i := range p.Tiers {
-				p.Tiers[i].TenantLimits = nil
-			}
-		},
-	},
-	{
-		Name: "tenants[].limits", Since: 2,
-		InUse: func(p *Policy) bool {
-			return slices.ContainsFunc(p.Tenants, func(t Tenant) bool { return t.Limits != nil })
-		},
-		Clear: func(p *Policy) {
-			p.Tenants = slices.Clone(p.Tenants)
-			for i := range p.Tenants {
-				p.Tenants[i].Limits = nil
-			}
-		},
-	},
+	tierField("tiers[].tenantLimits", 2, func(t *Tier) bool { return t.TenantLimits != nil }, func(t *Tier) { t.TenantLimits = nil }),
+	tenantField("tenants[].limits", 2, func(t *Tenant) bool { return t.Limits != nil }, func(t *Tenant) { t.Limits = nil }),
 	{
 		Name: "fairness", Since: 3,
 		InUse: func(p *Policy) bool { return p.Fairness != nil },
@@ -119,42 +97,44 @@ var fields = registry{
 		InUse: func(p *Policy) bool { return p.TokenServiceRate != 0 },
 		Clear: func(p *Policy) { p.TokenServiceRate = 0 },
 	},
-	{
-		Name: "tiers[].queueTokenBound", Since: 3,
+	tierField("tiers[].queueTokenBound", 3, func(t *Tier) bool { return t.QueueTokenBound != 0 }, func(t *Tier) { t.QueueTokenBound = 0 }),
+	tierField("tiers[].tenantQueueTokenLimit", 3, func(t *Tier) bool { return t.TenantQueueTokenLimit != 0 }, func(t *Tier) { t.TenantQueueTokenLimit = 0 }),
+	tenantField("tenants[].weight", 3, func(t *Tenant) bool { return t.Weight != 0 }, func(t *Tenant) { t.Weight = 0 }),
+}
+
+// tierField is a Field of every element of tiers[].
+func tierField(name string, since int, inUse func(*Tier) bool, clear func(*Tier)) Field {
+	return listField(name, since, func(p *Policy) *[]Tier { return &p.Tiers }, inUse, clear)
+}
+
+// tenantField is a Field of every element of tenants[].
+func tenantField(name string, since int, inUse func(*Tenant) bool, clear func(*Tenant)) Field {
+	return listField(name, since, func(p *Policy) *[]Tenant { return &p.Tenants }, inUse, clear)
+}
+
+// listField is a Field of every element of the list that list points to:
+// in use when any element sets it, cleared in a copy of the list so the
+// caller's elements stay as they were.
+func listField[E any](name string, since int, list func(*Policy) *[]E, inUse func(*E) bool, clear func(*E)) Field {
+	return Field{
+		Name: name, Since: since,
 		InUse: func(p *Policy) bool {
-			return slices.ContainsFunc(p.Tiers, func(t Tier) bool { return t.QueueTokenBound != 0 })
+			l := *list(p)
+			for i := range l {
+				if inUse(&l[i]) {
+					return true
+				}
+			}
+			return false
 		},
 		Clear: func(p *Policy) {
-			p.Tiers = slices.Clone(p.Tiers)
-			for i := range p.Tiers {
-				p.Tiers[i].QueueTokenBound = 0
+			l := slices.Clone(*list(p))
+			for i := range l {
+				clear(&l[i])
 			}
+			*list(p) = l
 		},
-	},
-	{
-		Name: "tiers[].tenantQueueTokenLimit", Since: 3,
-		InUse: func(p *Policy) bool {
-			return slices.ContainsFunc(p.Tiers, func(t Tier) bool { return t.TenantQueueTokenLimit != 0 })
-		},
-		Clear: func(p *Policy) {
-			p.Tiers = slices.Clone(p.Tiers)
-			for i := range p.Tiers {
-				p.Tiers[i].TenantQueueTokenLimit = 0
-			}
-		},
-	},
-	{
-		Name: "tenants[].weight", Since: 3,
-		InUse: func(p *Policy) bool {
-			return slices.ContainsFunc(p.Tenants, func(t Tenant) bool { return t.Weight != 0 })
-		},
-		Clear: func(p *Policy) {
-			p.Tenants = slices.Clone(p.Tenants)
-			for i := range p.Tenants {
-				p.Tenants[i].Weight = 0
-			}
-		},
-	},
+	}
 }
 
 // At returns p as a dispatcher of revision rev understands it: every
