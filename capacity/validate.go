@@ -123,14 +123,8 @@ func validateTokenBounds(t *v1alpha1.Tokens) []string {
 		return nil
 	}
 	var errs []string
-	for _, f := range []struct {
-		name string
-		v    int32
-	}{{"prefillTokensPerSecond", t.PrefillTokensPerSecond}, {"decodeTokensPerSecond", t.DecodeTokensPerSecond}} {
-		if f.v < 0 || f.v > v1alpha1.MaxTokensPerSecond {
-			errs = append(errs, fmt.Sprintf("spec.tokens.%s: %d must be between 1 and %d", f.name, f.v, v1alpha1.MaxTokensPerSecond))
-		}
-	}
+	errs = optionalInRange(errs, "spec.tokens.prefillTokensPerSecond", t.PrefillTokensPerSecond, v1alpha1.MaxTokensPerSecond)
+	errs = optionalInRange(errs, "spec.tokens.decodeTokensPerSecond", t.DecodeTokensPerSecond, v1alpha1.MaxTokensPerSecond)
 	switch t.BoundBy {
 	case "", v1alpha1.BoundByRequests, v1alpha1.BoundByTokens:
 	default:
@@ -146,18 +140,21 @@ func validateFairness(f *v1alpha1.Fairness) []string {
 		return nil
 	}
 	var errs []string
-	for _, w := range []struct {
-		name string
-		v    int32
-	}{{"inputWeight", f.InputWeight}, {"outputWeight", f.OutputWeight}} {
-		if w.v < 0 || w.v > v1alpha1.MaxTokenWeight {
-			errs = append(errs, fmt.Sprintf("spec.fairness.%s: %d must be between 1 and %d", w.name, w.v, v1alpha1.MaxTokenWeight))
-		}
-	}
+	errs = optionalInRange(errs, "spec.fairness.inputWeight", f.InputWeight, v1alpha1.MaxTokenWeight)
+	errs = optionalInRange(errs, "spec.fairness.outputWeight", f.OutputWeight, v1alpha1.MaxTokenWeight)
 	switch f.Mode {
 	case "", v1alpha1.FairnessRequests, v1alpha1.FairnessTokens:
 	default:
 		errs = append(errs, fmt.Sprintf("spec.fairness.mode: %q must be Requests or Tokens", f.Mode))
+	}
+	return errs
+}
+
+// optionalInRange appends the refusal of v, an optional field at path
+// (0 is unset), when it is outside 1..limit.
+func optionalInRange(errs []string, path string, v, limit int32) []string {
+	if v < 0 || v > limit {
+		errs = append(errs, fmt.Sprintf("%s: %d must be between 1 and %d", path, v, limit))
 	}
 	return errs
 }
