@@ -2,13 +2,10 @@ package integration
 
 import (
 	"context"
-	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
 // jwtAuth is a JWT authentication block with jwks as its key source.
@@ -112,18 +109,7 @@ func TestAuthenticationIsAccepted(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			obj := fromSample(t, ns, "ModelPool", "llm", tc.mutate)
-			if err := k8sClient.Create(context.Background(), obj); err != nil {
-				t.Fatalf("create refused: %v", err)
-			}
-			back := &unstructured.Unstructured{}
-			back.SetGroupVersionKind(obj.GroupVersionKind())
-			if err := k8sClient.Get(context.Background(), client.ObjectKeyFromObject(obj), back); err != nil {
-				t.Fatal(err)
-			}
-			got, _, _ := unstructured.NestedFieldNoCopy(back.Object, strings.Split(tc.field, ".")...)
-			if diff := cmp.Diff(tc.want, got); diff != "" {
-				t.Errorf("%s after create (-want +got):\n%s", tc.field, diff)
-			}
+			checkStored(t, obj, tc.field, tc.want)
 		})
 	}
 }

@@ -107,21 +107,7 @@ func TestColdStartAndAutoscalingEdgesAreAccepted(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			obj := fromSample(t, ns, "ModelPool", "llm", tc.mutate)
-			if err := k8sClient.Create(context.Background(), obj); err != nil {
-				t.Fatalf("create refused: %v", err)
-			}
-			back := &unstructured.Unstructured{}
-			back.SetGroupVersionKind(obj.GroupVersionKind())
-			if err := k8sClient.Get(context.Background(), client.ObjectKeyFromObject(obj), back); err != nil {
-				t.Fatal(err)
-			}
-			got, _, err := unstructured.NestedFieldNoCopy(back.Object, strings.Split(tc.field, ".")...)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if diff := cmp.Diff(tc.want, got); diff != "" {
-				t.Errorf("%s after create (-want +got):\n%s", tc.field, diff)
-			}
+			checkStored(t, obj, tc.field, tc.want)
 		})
 	}
 }

@@ -2,13 +2,11 @@ package integration
 
 import (
 	"context"
-	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	policy "github.com/tiergate/tiergate/api/policy/v1"
@@ -142,21 +140,7 @@ func TestGoodBudgetsAreAccepted(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			obj := fromSample(t, ns, tc.kind, tc.sample, tc.mutate)
-			if err := k8sClient.Create(context.Background(), obj); err != nil {
-				t.Fatalf("create refused: %v", err)
-			}
-			back := &unstructured.Unstructured{}
-			back.SetGroupVersionKind(obj.GroupVersionKind())
-			if err := k8sClient.Get(context.Background(), client.ObjectKeyFromObject(obj), back); err != nil {
-				t.Fatal(err)
-			}
-			got, _, err := unstructured.NestedFieldNoCopy(back.Object, strings.Split(tc.field, ".")...)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if diff := cmp.Diff(tc.want, got); diff != "" {
-				t.Errorf("%s after create (-want +got):\n%s", tc.field, diff)
-			}
+			checkStored(t, obj, tc.field, tc.want)
 		})
 	}
 }

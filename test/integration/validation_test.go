@@ -233,21 +233,7 @@ func TestEdgeObjectsAreAccepted(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			obj := fromSample(t, ns, tc.kind, tc.sample, tc.mutate)
-			if err := k8sClient.Create(context.Background(), obj); err != nil {
-				t.Fatalf("create refused: %v", err)
-			}
-			back := &unstructured.Unstructured{}
-			back.SetGroupVersionKind(obj.GroupVersionKind())
-			if err := k8sClient.Get(context.Background(), client.ObjectKeyFromObject(obj), back); err != nil {
-				t.Fatal(err)
-			}
-			got, _, err := unstructured.NestedFieldNoCopy(back.Object, strings.Split(tc.field, ".")...)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if diff := cmp.Diff(tc.want, got); diff != "" {
-				t.Errorf("%s after create (-want +got):\n%s", tc.field, diff)
-			}
+			checkStored(t, obj, tc.field, tc.want)
 		})
 	}
 }
@@ -303,5 +289,27 @@ func TestBadUpdatesAreRefused(t *testing.T) {
 				t.Errorf("causes (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// checkStored creates obj, which the API server must accept, reads it
+// back and compares field (a dotted path) with want: what defaulting and
+// pruning left of it.
+func checkStored(t *testing.T, obj *unstructured.Unstructured, field string, want any) {
+	t.Helper()
+	if err := k8sClient.Create(context.Background(), obj); err != nil {
+		t.Fatalf("create refused: %v", err)
+	}
+	back := &unstructured.Unstructured{}
+	back.SetGroupVersionKind(obj.GroupVersionKind())
+	if err := k8sClient.Get(context.Background(), client.ObjectKeyFromObject(obj), back); err != nil {
+		t.Fatal(err)
+	}
+	got, _, err := unstructured.NestedFieldNoCopy(back.Object, strings.Split(field, ".")...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("%s after create (-want +got):\n%s", field, diff)
 	}
 }
