@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -50,8 +51,10 @@ import (
 //     token and ca.crt and the API server, which is what in-cluster
 //     config would give it.
 //
-// Probes are not played (kwok makes the pods Ready by its Stages): the
-// test sends them (probeGet).
+// Not played: probes (kwok makes the pods Ready by its Stages; the test
+// sends them, probeGet), the preStop hook (a sleep before SIGTERM), the
+// security context (user 65532, read-only root) and the NetworkPolicy
+// (this cluster has no network plugin).
 type podProcess struct {
 	pod  corev1.Pod
 	name string
@@ -441,4 +444,37 @@ func probeGet(pod *corev1.Pod, p *corev1.Probe) (int, error) {
 	}
 	resp.Body.Close()
 	return resp.StatusCode, nil
+}
+
+// TestPodProcessRewrites pins how a container's args become the
+// process's: $(VAR) expansion as the kubelet does it, mount paths mapped
+// only at a path boundary, and wildcard listens of declared ports bound
+// to the pod IP. It needs no cluster.
+func TestPodProcessRewrites(t *testing.T) {
+	pp := &podProcess{mounts: map[string]*mountedVolume{
+		"/var/run/tiergate/push-token": {dir: testutil.NewSecretVolume(t, map[string]string{"token": "x"})},
+	}}
+	dir := pp.dir("/var/run/tiergate/push-token")
+	ports := []corev1.ContainerPort{{Name: "data", ContainerPort: 8080}}
+	env := map[string]string{"LIMIT": "536870912", "EMPTY": ""}
+	for _, tc := range []struct{ arg, want string }{
+		{"--memory-limit=$(LIMIT)", "--memory-limit=536870912"},
+		{"--x=$(EMPTY)y", "--x=y"},
+		{"--x=$(UNSET)", "--x=$(UNSET)"},
+		{"--x=$$(LIMIT)", "--x=$(LIMIT)"},
+		{"--x=$$$(LIMIT)", "--x=$536870912"},
+		{"--admin-token-file=/var/run/tiergate/push-token/token", "--admin-token-file=" + dir + "/token"},
+		{"/var/run/tiergate/push-token", dir},
+		{"--x=/var/run/tiergate/push-token-other/token", "--x=/var/run/tiergate/push-token-other/token"},
+		{"--x=/etc/var/run/tiergate/push-token/token", "--x=/etc/var/run/tiergate/push-token/token"},
+		{"--listen=:8080", "--listen=127.88.0.7:8080"},
+		{"--listen=:9999", "--listen=:9999"},
+		{"--listen=0.0.0.0:8080", "--listen=0.0.0.0:8080"},
+		{"dispatcher", "dispatcher"},
+	} {
+		got := bindPodIP(pp.mapPath(expandVars(tc.arg, env)), "127.88.0.7", ports)
+		if diff := cmp.Diff(tc.want, got); diff != "" {
+			t.Errorf("%q (-want +got):\n%s", tc.arg, diff)
+		}
+	}
 }
