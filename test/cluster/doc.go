@@ -19,6 +19,20 @@
 // (a pod crashed by the chaos label: ejected, dropped and taken back, no
 // request lost). Each step's duration is logged.
 //
+// TestHelmChartOnKwok installs charts/tiergate with helm and checks its
+// objects on the cluster (pods, ServiceAccounts, probes, resources, the
+// PDB's status and evictions, the Service), then plays the kubelet for the
+// chart's pods (chartpods_test.go): the real tiergate binary runs with the
+// args and env of the Pod object the cluster made, listening on its pod IP,
+// with its Secret, ConfigMap and projected volumes made from the API
+// objects into temporary directories whose paths replace the mount paths.
+// The controller authenticates with a TokenRequest token of its pod's
+// ServiceAccount (a kubeconfig standing for in-cluster config), so the
+// chart's RBAC is what allows or refuses it, and leads through the
+// release's Lease. With config/samples' pool applied it pushes the policy
+// to the chart's dispatcher processes, which serve completions; the
+// declared probes, sent by the test (kwok plays none), answer 200.
+//
 // One thing this cluster cannot do: the API server refuses loopback
 // addresses in EndpointSlices, so a Service over these pods has an empty
 // EndpointSlice (TestDeploymentOnKwok pins the refusal).

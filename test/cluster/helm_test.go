@@ -25,21 +25,30 @@ import (
 )
 
 // chartValues point the image at a registry that does not exist (kwok
-// pulls and runs nothing) and give the pods kwok's delays: the
-// dispatchers' cold start is long enough to evict one and see the PDB
-// hold the other before the replacement is Ready.
-const chartValues = `image:
+// pulls and runs nothing: the test runs the binary, see podProcess), give
+// the containers ports free on every pod address (the processes share this
+// machine's loopback) and give the pods kwok's delays: the dispatchers'
+// cold start is long enough to evict one and see the PDB hold the other
+// before the replacement is Ready.
+func chartValues(p chartPorts) string {
+	return fmt.Sprintf(`image:
   repository: registry.invalid/tiergate-kwok
   tag: never-pulled
 controller:
+  metricsPort: %d
+  healthPort: %d
   podAnnotations:
-    ` + cluster.ColdStartAnnotation + `: 500ms
-    ` + cluster.TerminationDelayAnnotation + `: 500ms
+    %s: 500ms
+    %s: 500ms
 dispatcher:
+  dataPort: %d
+  adminPort: %d
   podAnnotations:
-    ` + cluster.ColdStartAnnotation + `: 2s
-    ` + cluster.TerminationDelayAnnotation + `: 500ms
-`
+    %s: 2s
+    %s: 500ms
+`, p.metrics, p.health, cluster.ColdStartAnnotation, cluster.TerminationDelayAnnotation,
+		p.data, p.admin, cluster.ColdStartAnnotation, cluster.TerminationDelayAnnotation)
+}
 
 // TestHelmChartOnKwok installs charts/tiergate with bin/helm on this
 // cluster and checks what its objects do there: the Deployments' pods are
@@ -48,14 +57,19 @@ dispatcher:
 // status, which lets one dispatcher be evicted and refuses the second
 // (429); the Service selects the dispatcher pods, and its EndpointSlice
 // stays empty (loopback pod IPs, see checkEndpointSliceRefusesLoopback);
-// `helm uninstall` leaves the namespace clean. No tiergate process runs:
-// the pods are kwok's, not the binaries'.
+// then the chart's pods run as real tiergate processes (runChartSystem):
+// the controller, as its ServiceAccount and leading through the chart's
+// Lease, pushes config/samples' pool to the chart's dispatchers, which
+// serve a completion, and the pool is Ready; the processes stop cleanly;
+// `helm uninstall` leaves the namespace clean but for the push token
+// Secret the controller created, which the chart's README says it leaves.
 func TestHelmChartOnKwok(t *testing.T) {
 	ns := newNamespace(t)
 	release := fmt.Sprintf("tg%04x", rand.IntN(1<<16))
 	full := release + "-tiergate"
+	ports := newChartPorts(t)
 	values := filepath.Join(t.TempDir(), "values.yaml")
-	if err := os.WriteFile(values, []byte(chartValues), 0o600); err != nil {
+	if err := os.WriteFile(values, []byte(chartValues(ports)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	helm := testutil.Helm(filepath.Join(repoRoot, "bin", "helm"), t.TempDir()).With("--kubeconfig", kc.Kubeconfig)
@@ -99,10 +113,17 @@ func TestHelmChartOnKwok(t *testing.T) {
 	checkChartService(t, ns, full+"-dispatcher", release)
 	installed.done("Service selects the 2 dispatcher pods; EndpointSlice empty")
 
+	sys := runChartSystem(t, ns, release, full, ports)
+	stopped := startStep(t)
+	sys.stop(t, ns)
+	stopped.done("processes stopped (SIGTERM, exit 0); Lease released")
+	kubectl.MustInput(t, samples(t, ports.admin), "delete", "-n", ns, "-f", "-")
+	stopped.done("pool deleted")
+
 	uninstalled := startStep(t)
 	helm.Must(t, "uninstall", release, "--namespace", ns, "--wait", "--timeout", "60s")
 	uninstalled.done("helm uninstall --wait returned")
-	checkNamespaceClean(t, ns, release)
+	checkNamespaceClean(t, ns, release, "secret/"+full+"-push-token")
 	uninstalled.done("namespace clean: no pod or object of the release left")
 }
 
@@ -322,8 +343,9 @@ func checkChartService(t *testing.T, ns, name, release string) {
 
 // checkNamespaceClean: after the uninstall no pod is left in ns (the
 // garbage collector deletes them, kwok ends them), and nothing of the
-// release, in ns or cluster-wide.
-func checkNamespaceClean(t *testing.T, ns, release string) {
+// release, in ns or cluster-wide, but kept (not the release's objects,
+// such as the push token Secret the controller made).
+func checkNamespaceClean(t *testing.T, ns, release string, kept ...string) {
 	t.Helper()
 	await(t, 20*time.Second, "no pod left", func() (bool, string) {
 		var pods corev1.PodList
@@ -334,7 +356,8 @@ func checkNamespaceClean(t *testing.T, ns, release string) {
 	})
 	left := kubectl.Must(t, "get", "all,endpointslices,poddisruptionbudgets,networkpolicies,serviceaccounts,secrets,roles,rolebindings,configmaps",
 		"--namespace", ns, "-o", "name")
-	want := []string{"configmap/kube-root-ca.crt", "serviceaccount/default"}
+	want := append([]string{"configmap/kube-root-ca.crt", "serviceaccount/default"}, kept...)
+	slices.Sort(want)
 	got := strings.Fields(left)
 	slices.Sort(got)
 	if diff := cmp.Diff(want, got); diff != "" {
