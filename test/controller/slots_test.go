@@ -93,20 +93,21 @@ func complete(t *testing.T, d *dispatcher) (int, string) {
 // slot reports NotReady, so its Pod is NotReady and a Service sends it
 // nothing; the pool says why; every request sent to the Ready ones is
 // served.
+//
+// The dispatcher pods' readiness is the probe loop's (newProbedEnv): the
+// test is about the slot-less pod's probe failing.
 func TestFewerSlotsThanDispatchers(t *testing.T) {
-	e := newEnv(t)
-	for i := 0; i < 3; i++ {
-		e.startDispatcher(fmt.Sprintf("dispatcher-%d", i), 2+i, pushToken, true)
-	}
-	backends := e.modelPods(2)
-	for i, b := range backends {
-		testutil.StartSimserver(t, bins.Simserver, testutil.SimOptions{Options: procOpts(fmt.Sprintf("simserver-%d", i)),
-			Addr: b.Address, Args: []string{"--concurrency", "1", "--service-time", "const:50ms"}})
-	}
+	e := newProbedEnv(t)
+	// Two model pods, each one request at a time: one simserver of 2. They
+	// are Ready before the dispatchers come: kwok makes them Ready one at a
+	// time, and at 1 ready replica 2 of 3 dispatchers would hold no slot
+	// (the Warning event would say that).
+	e.serveModels("--concurrency", "2", "--service-time", "const:50ms")
 	e.applySamples(func(s string) string {
 		return replaceOnce(t, s, "concurrencyPerReplica: 4", "concurrencyPerReplica: 1")
 	})
-	e.setReadyReplicas(2)
+	e.scale(2)
+	e.startDispatchers(3)
 
 	slots := slotsOf(t, e, 2)
 	var idle *dispatcher
