@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -12,15 +13,19 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	policy "github.com/tiergate/tiergate/api/policy/v1"
@@ -164,14 +169,27 @@ func describePods(pods []corev1.Pod) string {
 	return "[" + strings.Join(out, "; ") + "]"
 }
 
-// scale plays the autoscaler as an HPA would: `kubectl scale` of the model
-// Deployment to n, then it waits until n of its pods are Ready and not
+// scale plays the autoscaler as an HPA would: it writes n to the model
+// Deployment's scale subresource (what `kubectl scale` writes; a client
+// call spares a kubectl process per step), then it waits until n of its pods are Ready and not
 // terminating and the Deployment's status (the Deployment controller's)
 // reports n ready replicas. It returns those pods' backend addresses, as
 // kwok gave them, sorted.
 func (e *env) scale(n int) []policy.Backend {
 	e.t.Helper()
-	kubectl.Must(e.t, "scale", "-n", e.ns, "deployment/llm", "--replicas="+strconv.Itoa(n))
+	ctx := context.Background()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		sc, err := clientset.AppsV1().Deployments(e.ns).GetScale(ctx, "llm", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		sc.Spec.Replicas = int32(n)
+		_, err = clientset.AppsV1().Deployments(e.ns).UpdateScale(ctx, "llm", sc, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		e.t.Fatalf("scaling deployment/llm to %d: %v", n, err)
+	}
 	var out []policy.Backend
 	testutil.Eventually(e.t, 30*time.Second, fmt.Sprintf("%d Ready model pods and the Deployment's readyReplicas %d", n, n), func() error {
 		var d appsv1.Deployment
@@ -195,12 +213,29 @@ func (e *env) scale(n int) []policy.Backend {
 	return out
 }
 
+// dispatcherYAML is config/dispatcher as kustomize renders it, once.
+var dispatcherYAML struct {
+	once sync.Once
+	out  string
+	err  error
+}
+
 // dispatcherManifest is config/dispatcher as kustomize renders it, with n
 // replicas; in a probed env (see probe_test.go) its pods' cold start is an
 // hour, so kwok leaves their readiness to the probe loop.
 func (e *env) dispatcherManifest(n int) string {
 	e.t.Helper()
-	out := kubectl.Must(e.t, "kustomize", filepath.Join(repoRoot, "config", "dispatcher"))
+	dispatcherYAML.once.Do(func() {
+		r := kubectl.Run("kustomize", filepath.Join(repoRoot, "config", "dispatcher"))
+		dispatcherYAML.out, dispatcherYAML.err = r.Stdout, r.Err
+		if r.Err != nil {
+			dispatcherYAML.err = fmt.Errorf("%s", r)
+		}
+	})
+	if dispatcherYAML.err != nil {
+		e.t.Fatal(dispatcherYAML.err)
+	}
+	out := dispatcherYAML.out
 	out = replaceOnce(e.t, out, "  replicas: 2\n", fmt.Sprintf("  replicas: %d\n", n))
 	if e.kubelet != nil {
 		out = replaceOnce(e.t, out, "  template:\n    metadata:\n      labels:\n",
@@ -209,11 +244,28 @@ func (e *env) dispatcherManifest(n int) string {
 	return out
 }
 
-// dispatcherPods applies config/dispatcher with n replicas and returns its
-// pods once each has the address kwok gave it; no process runs on them yet.
+// dispatcherPods creates config/dispatcher's objects (rendered once by
+// kubectl kustomize; created with the client, which spares a kubectl
+// process per test) with n replicas and returns the pods once each has the
+// address kwok gave it; no process runs on them yet.
 func (e *env) dispatcherPods(n int) []*dispatcher {
 	e.t.Helper()
-	kubectl.MustInput(e.t, e.dispatcherManifest(n), "apply", "-n", e.ns, "-f", "-")
+	dec := yaml.NewYAMLOrJSONDecoder(strings.NewReader(e.dispatcherManifest(n)), 4096)
+	for {
+		u := &unstructured.Unstructured{}
+		if err := dec.Decode(&u.Object); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			e.t.Fatalf("config/dispatcher: %v", err)
+		}
+		if len(u.Object) == 0 {
+			continue
+		}
+		u.SetNamespace(e.ns)
+		if err := k8s.Create(context.Background(), u); err != nil {
+			e.t.Fatalf("creating %s %s: %v", u.GetKind(), u.GetName(), err)
+		}
+	}
 	return e.newDispatcherPods(n)
 }
 
