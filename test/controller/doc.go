@@ -22,9 +22,10 @@
 // TestFewerSlotsThanDispatchers) run in a probed env, where a loop playing
 // the kubelet's probe writes the dispatcher pods' Ready condition (their
 // template's hour-long cold start keeps kwok from writing it). And
-// TestFailingDispatcherLosesItsShare writes a dispatcher pod's container
-// status (a restart, a CrashLoopBackOff) as a kubelet would report it,
-// which no kwok Stage plays while the pod stays Ready.
+// TestFailingDispatcherLosesItsShare/restarted writes a dispatcher pod's
+// container status (restarted a moment ago, running again, the pod still
+// Ready) as a kubelet would report it: no kwok Stage plays that (its
+// crash-looping case uses kwok's chaos Stage).
 //
 // Tests run one after another (they share the controller process); every
 // process a test starts is stopped in its Cleanup, and its namespace is
