@@ -298,6 +298,10 @@ func runControllerAsServiceAccount(t *testing.T, ns, release string) {
 	// sample Deployment's six, made by the ReplicaSet controller and played
 	// by kwok, with readyReplicas as the Deployment controller reports it.
 	startCluster(t)
+	clusterUp := time.Now()
+	defer func() {
+		t.Logf("from the cluster's start to the controller's clean stop: %s", time.Since(clusterUp).Round(time.Millisecond))
+	}()
 	testutil.Eventually(t, 60*time.Second, "the sample Deployment reports 6 ready replicas", func() error {
 		d, err := cs.AppsV1().Deployments(ns).Get(context.Background(), "llm", metav1.GetOptions{})
 		if err != nil {

@@ -20,6 +20,7 @@ func startCluster(t *testing.T) *cluster.Cluster {
 	controlPlane(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
+	started := time.Now()
 	kc, err := cluster.Start(ctx, cp.env, cp.admin, cluster.Options{
 		Assets:   k8sAssets,
 		StageCRD: filepath.Join(repoRoot, "bin", "kwok", "kwok.x-k8s.io_stages.yaml"),
@@ -29,7 +30,10 @@ func startCluster(t *testing.T) *cluster.Cluster {
 	if err != nil {
 		t.Fatalf("starting kube-controller-manager, kube-scheduler and kwok: %v", err)
 	}
+	t.Logf("kube-controller-manager, kube-scheduler, kwok and a Ready Node up in %s", time.Since(started).Round(time.Millisecond))
 	t.Cleanup(func() {
+		stopping := time.Now()
+		defer func() { t.Logf("the cluster stopped in %s", time.Since(stopping).Round(time.Millisecond)) }()
 		if err := kc.Stop(); err != nil {
 			t.Errorf("stopping the cluster: %v", err)
 		}
