@@ -16,12 +16,14 @@
 // pod's address to a simserver. The dispatcher pods are config/dispatcher's
 // Deployment; a dispatcher process runs on each pod's address.
 //
-// One exception, in probe_test.go: kwok plays no readiness probes, so the
-// tests whose assertions are about what a dispatcher's /readyz does to its
-// pod's Ready condition (TestDispatcherPodsComeAndGo, TestWrongTokenDegrades,
-// TestFewerSlotsThanDispatchers) run in a probed env, where a loop playing
-// the kubelet's probe writes the dispatcher pods' Ready condition (their
-// template's hour-long cold start keeps kwok from writing it). And
+// kwok plays no readiness probes, so the tests whose assertions are about
+// what a dispatcher's /readyz does to its pod's Ready condition
+// (TestDispatcherPodsComeAndGo, TestWrongTokenDegrades,
+// TestFewerSlotsThanDispatchers) run in a probed env (probe_test.go): a
+// loop reads each dispatcher's /readyz and labels its pod with the answer,
+// and two Stages of this suite (stages/) make kwok turn the pod Ready or
+// NotReady; their template's hour-long cold start keeps kwok's own
+// pod-ready Stage from making them Ready first. One exception remains:
 // TestFailingDispatcherLosesItsShare/restarted writes a dispatcher pod's
 // container status (restarted a moment ago, running again, the pod still
 // Ready) as a kubelet would report it: no kwok Stage plays that (its

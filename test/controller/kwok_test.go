@@ -64,8 +64,10 @@ func startCluster(cfg *rest.Config, assets string) error {
 	if err != nil {
 		return err
 	}
-	podNet, err = kc.Network(ctx, 0, addr)
-	return err
+	if podNet, err = kc.Network(ctx, 0, addr); err != nil {
+		return err
+	}
+	return applyProbeStages(ctx)
 }
 
 // startModelServer starts a simserver on a free 127.0.0.1 port with args;

@@ -2,16 +2,54 @@ package controller
 
 import (
 	"context"
+	"embed"
+	"fmt"
+	"io/fs"
 	"net/http"
 	"sync"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	sigsyaml "sigs.k8s.io/yaml"
 )
+
+// ProbeLabel on a dispatcher pod is its last readiness probe's result,
+// probePass or probeFail; stages/ turn it into the Ready condition.
+const (
+	ProbeLabel = "probe.tiergate.test/readyz"
+	probePass  = "pass"
+	probeFail  = "fail"
+)
+
+//go:embed stages/*.yaml
+var probeStages embed.FS
+
+// applyProbeStages creates the Stages of stages/ (kwok's Stage CRD is
+// installed by cluster.Start).
+func applyProbeStages(ctx context.Context) error {
+	names, err := fs.Glob(probeStages, "stages/*.yaml")
+	if err != nil {
+		return err
+	}
+	for _, name := range names {
+		b, err := probeStages.ReadFile(name)
+		if err != nil {
+			return err
+		}
+		u := &unstructured.Unstructured{}
+		if err := sigsyaml.Unmarshal(b, &u.Object); err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		if err := k8s.Create(ctx, u); err != nil {
+			return fmt.Errorf("creating Stage %s: %w", u.GetName(), err)
+		}
+	}
+	return nil
+}
 
 // newProbedEnv is newEnv whose dispatcher pods' readiness is the probe
 // loop's (see kubelet): for tests about probe-driven readiness only.
@@ -25,17 +63,18 @@ func newProbedEnv(t *testing.T) *env {
 // probe lets the probe loop play d's readiness probe.
 func (e *env) probe(d *dispatcher) { e.kubelet.probe(e.ns, d.pod, d.AdminURL("/readyz")) }
 
-// kubelet plays the readiness probe of dispatcher pods: it polls their
-// /readyz and copies the answer into the Pod's Ready condition. kwok plays
-// no probes: its Stages make a pod Ready a cold start after it started,
-// whatever its server answers. So this loop is kept, as the one place the
-// suite writes a Ready condition, for the tests whose assertions are about
-// what the dispatcher's readiness probe makes of /readyz (a pod Ready only
-// once it holds a policy, NotReady while it holds no slot or its push token
-// is refused, and the pool counting it so): newProbedEnv. Their dispatcher
-// pods carry a cold start of an hour on their template, so kwok leaves their
-// Ready condition to this loop (its pod-ready Stage matches them but waits;
-// it never turns a pod NotReady).
+// kubelet plays the readiness probe of dispatcher pods, which kwok does
+// not play (its Stages make a pod Ready a cold start after it started,
+// whatever its server answers): it polls their /readyz and labels each pod
+// with the answer (ProbeLabel pass or fail), and kwok's probe Stages of
+// stages/ turn the pod Ready or NotReady at once. Nothing here writes a
+// pod's status. It serves the tests whose assertions are about what the
+// dispatcher's readiness probe makes of /readyz (a pod Ready only once it
+// holds a policy, NotReady while it holds no slot or its push token is
+// refused, and the pool counting it so): newProbedEnv. Their dispatcher
+// pods carry a cold start of an hour on their template, so kwok's own
+// pod-ready Stage leaves a pod the loop has not labelled (or failed)
+// unready.
 type kubelet struct {
 	mu     sync.Mutex
 	pods   map[types.NamespacedName]string
@@ -92,47 +131,36 @@ func (k *kubelet) run() {
 				ready = resp.StatusCode == http.StatusOK
 				resp.Body.Close()
 			}
-			var pod corev1.Pod
-			if err := k8s.Get(context.Background(), name, &pod); err != nil {
-				if !apierrors.IsNotFound(err) {
-					k.fail(err)
-				}
-				continue
+			want := probeFail
+			if ready {
+				want = probePass
 			}
-			cur := false
-			for _, c := range pod.Status.Conditions {
-				if c.Type == corev1.PodReady {
-					cur = c.Status == corev1.ConditionTrue
-				}
-			}
-			if cur == ready {
-				continue
-			}
-			setReadyCondition(&pod, ready)
-			if err := k8s.Status().Update(context.Background(), &pod); err != nil && !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
+			if err := k.label(name, want); err != nil {
 				k.fail(err)
 			}
 		}
 	}
 }
 
+// label sets the pod's ProbeLabel to v unless it has it already.
+func (k *kubelet) label(name types.NamespacedName, v string) error {
+	var pod corev1.Pod
+	if err := k8s.Get(context.Background(), name, &pod); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	if pod.Labels[ProbeLabel] == v {
+		return nil
+	}
+	patch := client.MergeFrom(pod.DeepCopy())
+	if pod.Labels == nil {
+		pod.Labels = map[string]string{}
+	}
+	pod.Labels[ProbeLabel] = v
+	return client.IgnoreNotFound(k8s.Patch(context.Background(), &pod, patch))
+}
+
 func (k *kubelet) fail(err error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	k.errors = append(k.errors, err)
-}
-
-func setReadyCondition(pod *corev1.Pod, ready bool) {
-	st := corev1.ConditionFalse
-	if ready {
-		st = corev1.ConditionTrue
-	}
-	for i := range pod.Status.Conditions {
-		if pod.Status.Conditions[i].Type == corev1.PodReady {
-			pod.Status.Conditions[i].Status = st
-			pod.Status.Conditions[i].LastTransitionTime = metav1.Now()
-			return
-		}
-	}
-	pod.Status.Conditions = append(pod.Status.Conditions, corev1.PodCondition{Type: corev1.PodReady, Status: st, LastTransitionTime: metav1.Now()})
 }
