@@ -56,6 +56,7 @@ type env struct {
 	disp      []*dispatcher
 	seen      map[string]bool // the dispatcher pods handed out so far
 	applied   bool            // the samples are applied
+	readyAt   time.Time       // when scale first saw the Deployment report its readyReplicas
 	kubelet   *kubelet        // the probe loop, in a probed env only
 }
 

@@ -175,8 +175,8 @@ func describePods(pods []corev1.Pod) string {
 // Deployment's scale subresource (what `kubectl scale` writes; a client
 // call spares a kubectl process per step), then it waits until n of its pods are Ready and not
 // terminating and the Deployment's status (the Deployment controller's)
-// reports n ready replicas. It returns those pods' backend addresses, as
-// kwok gave them, sorted.
+// reports n ready replicas (e.readyAt notes when it was first seen to). It
+// returns those pods' backend addresses, as kwok gave them, sorted.
 func (e *env) scale(n int) []policy.Backend {
 	e.t.Helper()
 	ctx := context.Background()
@@ -193,6 +193,7 @@ func (e *env) scale(n int) []policy.Backend {
 		e.t.Fatalf("scaling deployment/llm to %d: %v", n, err)
 	}
 	var out []policy.Backend
+	e.readyAt = time.Time{}
 	testutil.Eventually(e.t, 30*time.Second, fmt.Sprintf("%d Ready model pods and the Deployment's readyReplicas %d", n, n), func() error {
 		var d appsv1.Deployment
 		if err := k8s.Get(context.Background(), types.NamespacedName{Namespace: e.ns, Name: "llm"}, &d); err != nil {
@@ -206,6 +207,9 @@ func (e *env) scale(n int) []policy.Backend {
 			}
 		}
 		s := d.Status
+		if int(s.ReadyReplicas) == n && s.ObservedGeneration >= d.Generation && e.readyAt.IsZero() {
+			e.readyAt = time.Now()
+		}
 		if len(out) != n || int(s.ReadyReplicas) != n || int(s.Replicas) != n || s.ObservedGeneration < d.Generation {
 			return fmt.Errorf("deployment status %+v; pods %s", s, describePods(pods))
 		}
