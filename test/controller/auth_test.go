@@ -27,18 +27,16 @@ import (
 // sampleAuth is the samples' authentication block, which the tests swap.
 const sampleAuth = "  authentication:\n    mode: TrustedHeader\n    headerName: X-Tenant-ID\n"
 
-// authEnv runs one probed dispatcher and one model pod with a simserver
-// behind it, and applies the samples with auth as their authentication
-// block (YAML under spec, indented two spaces) on one ready replica.
+// authEnv runs one dispatcher and one model pod with a simserver behind
+// it, and applies the samples with auth as their authentication block
+// (YAML under spec, indented two spaces) on one ready replica.
 func authEnv(t *testing.T, auth string) (*env, *dispatcher) {
 	t.Helper()
 	e := newEnv(t)
-	d := e.startDispatcher("dispatcher-0", 2, pushToken, true)
-	backends := e.modelPods(1)
-	testutil.StartSimserver(t, bins.Simserver, testutil.SimOptions{Options: procOpts("simserver"),
-		Addr: backends[0].Address, Args: []string{"--concurrency", "4", "--service-time", "const:1ms"}})
+	d := e.startDispatchers(1)[0]
+	e.serveModels("--concurrency", "4", "--service-time", "const:1ms")
 	e.applySamples(func(s string) string { return replaceOnce(t, s, sampleAuth, auth) })
-	e.setReadyReplicas(1)
+	e.scale(1)
 	waitHolds(t, e, slots(4))
 	return e, d
 }

@@ -117,10 +117,9 @@ func (e *env) scaledObjectIs(minReplicas, maxReplicas int) *unstructured.Unstruc
 func TestScaledObjectFollowsSpecAutoscaling(t *testing.T) {
 	installKEDA(t)
 	e := newEnv(t)
-	e.startDispatcher("dispatcher-0", 2, pushToken, true)
-	e.startDispatcher("dispatcher-1", 3, pushToken, true)
+	e.startDispatchers(2)
 	e.applySamples(withColdStart("12s"), withAutoscaling(0, 4))
-	e.setReadyReplicas(0)
+	e.scale(0)
 	if took, err := allHold(e.disp, 5*time.Second, matches(heldSamplePolicy(e.ns))); err != nil {
 		t.Fatalf("after %s the dispatchers do not hold the policy at zero: %v", took, err)
 	}
@@ -201,10 +200,11 @@ func TestAutoscalerUnavailableUntilKEDAIsInstalled(t *testing.T) {
 func TestDesiredReplicasFromTheAcks(t *testing.T) {
 	installKEDA(t)
 	e := newEnv(t)
-	e.startDispatcher("dispatcher-0", 2, pushToken, true)
-	fake := e.startFakeDispatcher("dispatcher-1", 3, pushToken)
+	pods := e.dispatcherPods(2)
+	e.adopt(pods[0], bins.Tiergate, pushToken)
+	fake := e.startFakeDispatcher(pods[1], pushToken)
 	e.applySamples(withColdStart("12s"), withAutoscaling(0, 10))
-	e.setReadyReplicas(0)
+	e.scale(0)
 	pool := e.ns + "/llm"
 
 	steps := []struct {

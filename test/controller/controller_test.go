@@ -68,18 +68,19 @@ func slots(n int) func(*policy.Policy) error {
 	}
 }
 
-// sampleEnv starts n probed dispatchers and 6 model pods, applies the
-// samples and sets 6 ready replicas.
+// sampleEnv starts n dispatchers, applies the samples and scales the model
+// Deployment to 6 Ready replicas, whose backends it returns.
 func sampleEnv(t *testing.T, n int, mutate ...func(string) string) (*env, []policy.Backend) {
 	t.Helper()
-	e := newEnv(t)
-	for i := 0; i < n; i++ {
-		e.startDispatcher(fmt.Sprintf("dispatcher-%d", i), 2+i, pushToken, true)
-	}
-	backends := e.modelPods(6)
+	return sampleEnvOf(newEnv(t), n, mutate...)
+}
+
+// sampleEnvOf is sampleEnv in e (a probed env, say).
+func sampleEnvOf(e *env, n int, mutate ...func(string) string) (*env, []policy.Backend) {
+	e.t.Helper()
+	e.startDispatchers(n)
 	e.applySamples(mutate...)
-	e.setReadyReplicas(6)
-	return e, backends
+	return e, e.scale(6)
 }
 
 // three dispatchers at R=6: 8 slots each. premium L=20 → 20·8/24 = 6,
@@ -233,22 +234,23 @@ func TestScalingPropagates(t *testing.T) {
 		{Name: "standard", BasePriority: 10, TolerableWaitSeconds: 20, QueueBound: 13, TenantConcurrencyLimit: 1, TenantQueueLimit: 1},
 		{Name: "free", BasePriority: 20, TolerableWaitSeconds: 60, QueueBound: 20, TenantConcurrencyLimit: 1, TenantQueueLimit: 1},
 	}
-	r3 := samplePolicy(e.ns, backends, 4, tiersR3N3, sampleTenants)
-	r6 := samplePolicy(e.ns, backends, 8, tiersR6N3, sampleTenants)
-
+	// The backends are the Ready pods kwok plays after each scale: the
+	// ReplicaSet controller picks which go, and new ones get new addresses.
+	// The latency counts from when the Deployment's status was first seen
+	// reporting the new readyReplicas (polled every 10 ms).
 	var lat []time.Duration
 	lastVersion := int64(0)
 	for i := 0; i < 20; i++ {
-		replicas, want := int32(3), r3
+		replicas, tiers, perDispatcher := 3, tiersR3N3, 4
 		if i%2 == 1 {
-			replicas, want = 6, r6
+			replicas, tiers, perDispatcher = 6, tiersR6N3, 8
 		}
-		e.setReadyReplicas(replicas)
+		want := samplePolicy(e.ns, e.scale(replicas), perDispatcher, tiers, sampleTenants)
 		took, err := allHold(e.disp, 5*time.Second, matches(want))
 		if err != nil {
 			t.Fatalf("change %d (R=%d): not held after %s: %v", i, replicas, took, err)
 		}
-		lat = append(lat, took)
+		lat = append(lat, time.Since(e.readyAt))
 		p, err := getPolicy(e.disp[0])
 		if err != nil {
 			t.Fatal(err)
@@ -374,8 +376,10 @@ spec:
 	})
 }
 
+// The dispatcher pods' readiness here is the probe loop's (newProbedEnv):
+// the test is about a pod that is Ready only once it holds a policy.
 func TestDispatcherPodsComeAndGo(t *testing.T) {
-	e, backends := sampleEnv(t, 2)
+	e, backends := sampleEnvOf(newProbedEnv(t), 2)
 	tiersN2 := []policy.Tier{
 		{Name: "premium", BasePriority: 0, TolerableWaitSeconds: 5, QueueBound: 10, TenantConcurrencyLimit: 3, TenantQueueLimit: 2},
 		{Name: "standard", BasePriority: 10, TolerableWaitSeconds: 20, QueueBound: 40, TenantConcurrencyLimit: 1, TenantQueueLimit: 4},
@@ -385,9 +389,10 @@ func TestDispatcherPodsComeAndGo(t *testing.T) {
 		t.Fatalf("initial policy not held after %s: %v", took, err)
 	}
 
-	// A third pod, not probed: it stays unready, and it must get its policy
-	// anyway (in a real cluster it becomes Ready only because of it).
-	fresh := e.startDispatcher("dispatcher-new", 4, pushToken, false)
+	// A third pod (the Deployment scaled to 3), not probed yet: it stays
+	// unready, and it must get its policy anyway (in a real cluster it
+	// becomes Ready only because of it).
+	fresh := e.adopt(e.scaleDispatchers(3)[0], bins.Tiergate, pushToken)
 	if took, err := allHold(e.disp, 2*time.Second, matches(samplePolicy(e.ns, backends, 8, tiersR6N3, sampleTenants))); err != nil {
 		t.Fatalf("three dispatchers do not hold 8-slot policies after %s: %v", took, err)
 	}
@@ -401,7 +406,7 @@ func TestDispatcherPodsComeAndGo(t *testing.T) {
 		return nil
 	})
 	// Now let its readiness probe run: it is Ready because it has a policy.
-	e.kubelet.probe(e.ns, fresh.pod, fresh.AdminURL("/readyz"))
+	e.probe(fresh)
 	testutil.Eventually(t, 2*time.Second, "the new pod becomes Ready", func() error {
 		if ready, err := podIsReady(e.ns, fresh.pod); err != nil || !ready {
 			return fmt.Errorf("ready=%v err=%v", ready, err)
@@ -409,12 +414,11 @@ func TestDispatcherPodsComeAndGo(t *testing.T) {
 		return nil
 	})
 
-	// Remove dispatcher-0's Pod; its process keeps running.
+	// Remove the first dispatcher's Pod (scaled down to 2, with that pod
+	// the one to go); its process keeps running.
 	gone := e.disp[0]
 	e.kubelet.forget(e.ns, gone.pod)
-	if err := k8s.Delete(context.Background(), &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: e.ns, Name: gone.pod}}, client.GracePeriodSeconds(0)); err != nil {
-		t.Fatal(err)
-	}
+	e.removeDispatcherPod(gone, 2)
 	remaining := e.disp[1:]
 	if took, err := allHold(remaining, 2*time.Second, matches(samplePolicy(e.ns, backends, 12, tiersN2, sampleTenants))); err != nil {
 		t.Fatalf("the two remaining dispatchers do not hold 12-slot policies after %s: %v", took, err)
@@ -427,7 +431,7 @@ func TestDispatcherPodsComeAndGo(t *testing.T) {
 	// Another change, and three resyncs after it (each re-pushes to every
 	// pod the controller targets), the removed pod still holds what it
 	// had: nothing was pushed to it.
-	e.setReadyReplicas(3)
+	e.scale(3)
 	if _, err := allHold(remaining, 2*time.Second, slots(6)); err != nil {
 		t.Fatal(err)
 	}
@@ -446,17 +450,21 @@ func TestDispatcherPodsComeAndGo(t *testing.T) {
 	}
 }
 
+// The dispatcher pods' readiness is the probe loop's (newProbedEnv): the
+// test asserts that the refused dispatcher's pod does not become Ready.
 func TestWrongTokenDegrades(t *testing.T) {
-	e := newEnv(t)
-	good := e.startDispatcher("dispatcher-good", 2, pushToken, true)
+	e := newProbedEnv(t)
+	pods := e.dispatcherPods(2)
+	good := e.adopt(pods[0], bins.Tiergate, pushToken)
 	wrongToken := t.TempDir() + "/wrong"
 	if err := writeFile(wrongToken, "not-the-push-token"); err != nil {
 		t.Fatal(err)
 	}
-	bad := e.startDispatcher("dispatcher-bad", 3, wrongToken, true)
-	e.modelPods(2)
+	bad := e.adopt(pods[1], bins.Tiergate, wrongToken)
+	e.probe(good)
+	e.probe(bad)
 	e.applySamples()
-	e.setReadyReplicas(6)
+	e.scale(2)
 
 	testutil.Eventually(t, 3*time.Second, "Degraded PushUnauthorized", func() error {
 		st := e.pool().Status
@@ -508,16 +516,12 @@ func scrape(t *testing.T) string {
 
 func TestMeasuredServiceTime(t *testing.T) {
 	e := newEnv(t)
-	d := e.startDispatcher("dispatcher-0", 2, pushToken, true)
-	// Six Ready model pods, as many as readyReplicas says: the slots
-	// come from the backends listed (at most readyReplicas).
-	backends := e.modelPods(6)
-	for i, b := range backends {
-		testutil.StartSimserver(t, bins.Simserver, testutil.SimOptions{Options: procOpts(fmt.Sprintf("simserver-%d", i)),
-			Addr: b.Address, Args: []string{"--concurrency", "4", "--service-time", "const:300ms"}})
-	}
+	d := e.startDispatchers(1)[0]
+	// Six Ready model pods, each at most 4 at once: one simserver of 24
+	// behind all their addresses.
+	e.serveModels("--concurrency", "24", "--service-time", "const:300ms")
 	e.applySamples(func(s string) string { return replaceOnce(t, s, "source: Declared", "source: Measured") })
-	e.setReadyReplicas(6)
+	backends := e.scale(6)
 	if took, err := allHold(e.disp, 2*time.Second, matches(samplePolicy(e.ns, backends, 24, []policy.Tier{
 		{Name: "premium", BasePriority: 0, TolerableWaitSeconds: 5, QueueBound: 20, TenantConcurrencyLimit: 6, TenantQueueLimit: 5},
 		{Name: "standard", BasePriority: 10, TolerableWaitSeconds: 20, QueueBound: 80, TenantConcurrencyLimit: 2, TenantQueueLimit: 8},
@@ -526,8 +530,8 @@ func TestMeasuredServiceTime(t *testing.T) {
 		t.Fatalf("declared-mean policy not held after %s: %v", took, err)
 	}
 
-	// 48 real completions through the dispatcher (8 at a time, within both
-	// simservers' concurrency, so the service time is the simservers' own).
+	// 48 real completions through the dispatcher (6 at a time, within the
+	// simserver's concurrency, so the service time is the simservers' own).
 	oc := openai.NewClient(option.WithBaseURL(d.DataURL("/v1/")), option.WithAPIKey("unused"),
 		option.WithHeader("X-Tenant-ID", "acme"), option.WithMaxRetries(0), option.WithRequestTimeout(10*time.Second))
 	var wg sync.WaitGroup
@@ -609,7 +613,7 @@ func TestControllerRestartNeverRegressesVersions(t *testing.T) {
 	ctrlProc = restarted
 	// The new process has no memory: it must go above the persisted
 	// version (a dispatcher would answer 409 to anything older).
-	e.setReadyReplicas(3)
+	e.scale(3)
 	if took, err := allHold(e.disp, 5*time.Second, slots(12)); err != nil {
 		t.Fatalf("the restarted controller's policy not held after %s: %v", took, err)
 	}
@@ -634,13 +638,12 @@ func TestControllerRestartNeverRegressesVersions(t *testing.T) {
 
 func TestUnreachableDispatcherIsRetried(t *testing.T) {
 	e := newEnv(t)
-	e.startDispatcher("dispatcher-0", 2, pushToken, true)
+	pods := e.dispatcherPods(2)
+	e.adopt(pods[0], bins.Tiergate, pushToken)
 	// A pod whose IP has nothing listening yet.
-	late := &dispatcher{pod: "dispatcher-late", ip: e.ip(3)}
-	e.createPod(late.pod, map[string]string{"app.kubernetes.io/name": "tiergate-dispatcher"}, late.ip, false)
-	e.modelPods(6)
+	late := pods[1]
 	e.applySamples()
-	e.setReadyReplicas(6)
+	e.scale(6)
 
 	testutil.Eventually(t, 5*time.Second, "Degraded DispatcherUnreachable", func() error {
 		st := e.pool().Status
@@ -659,7 +662,7 @@ func TestUnreachableDispatcherIsRetried(t *testing.T) {
 	// Now the dispatcher starts on that address: the backoff retry (at most
 	// 5s apart by default) delivers the policy without any change.
 	started := time.Now()
-	late.run(e, pushToken)
+	late.run(e, bins.Tiergate, pushToken)
 	took, err := allHold([]*dispatcher{late}, 20*time.Second, slots(12))
 	if err != nil {
 		t.Fatalf("the late dispatcher has no policy %s after it started: %v", took, err)
@@ -719,8 +722,8 @@ func TestPoolDeletion(t *testing.T) {
 		t.Fatal(err)
 	}
 	pushed := e.disp[0].pushes()
-	e.setReadyReplicas(3)
-	control.setReadyReplicas(3)
+	e.scale(3)
+	control.scale(3)
 	if _, err := allHold(control.disp, 2*time.Second, slots(12)); err != nil {
 		t.Fatal(err)
 	}

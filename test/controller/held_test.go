@@ -88,15 +88,19 @@ func tierMaxWait(t *testing.T, ns, name string) time.Duration {
 // 12s and is refused at once with Retry-After 12; the others are held.
 // The controller computes desiredReplicas from the dispatchers' acks
 // (their offered load: held requests and premium's refused demand) and
-// exports it. Then the first replica "starts" (a simserver, its Pod Ready,
-// readyReplicas 1): the held requests are served, each having waited at
+// exports it. Then the first replica starts (`kubectl scale` to 1: a pod
+// kwok makes Ready, whose address the pod network relays to a simserver,
+// and readyReplicas 1): the held requests are served, each having waited at
 // least until the replica arrived, and within its tier's maxWait at zero.
 func TestScaleFromZeroServesHeldRequests(t *testing.T) {
 	e := newEnv(t)
-	d0 := e.startDispatcher("dispatcher-0", 2, pushToken, true)
-	d1 := e.startDispatcher("dispatcher-1", 3, pushToken, true)
+	ds := e.startDispatchers(2)
+	d0, d1 := ds[0], ds[1]
+	// The first replica's model server (behind the pod network, which
+	// serves a pod's address only once kwok made it Ready).
+	e.serveModels("--concurrency", "4", "--service-time", "const:100ms")
 	e.applySamples(withColdStart("12s"))
-	e.setReadyReplicas(0)
+	e.scale(0)
 	if took, err := allHold(e.disp, 10*time.Second, matches(heldSamplePolicy(e.ns))); err != nil {
 		t.Fatalf("after %s the dispatchers do not hold the policy at zero: %v", took, err)
 	}
@@ -180,10 +184,7 @@ func TestScaleFromZeroServesHeldRequests(t *testing.T) {
 
 	// The first replica arrives.
 	replicaAt := time.Now()
-	backends := e.modelPods(1)
-	testutil.StartSimserver(t, bins.Simserver, testutil.SimOptions{Options: procOpts("simserver-0"),
-		Addr: backends[0].Address, Args: []string{"--concurrency", "4", "--service-time", "const:100ms"}})
-	e.setReadyReplicas(1)
+	e.scale(1)
 	if took, err := allHold(e.disp, 10*time.Second, func(p *policy.Policy) error {
 		if p.Slots != 2 || p.ColdStartSeconds != 0 || len(p.Backends) != 1 {
 			return fmt.Errorf("%w: slots %d coldStart %v backends %d", errMismatch, p.Slots, p.ColdStartSeconds, len(p.Backends))
@@ -215,9 +216,9 @@ func TestScaleFromZeroServesHeldRequests(t *testing.T) {
 // and the same files through the simulator with a replica change to 0.
 func TestSimulateShowsTheStatusAtZero(t *testing.T) {
 	e := newEnv(t)
-	e.startDispatcher("dispatcher-0", 2, pushToken, true)
+	e.startDispatchers(1)
 	e.applySamples(withColdStart("12s"))
-	e.setReadyReplicas(0)
+	e.scale(0)
 	testutil.Eventually(t, 10*time.Second, "ServiceTier status at zero", func() error {
 		return tiersAre(e.ns, map[string]string{
 			"premium":  "bound 0 maxWait - PoolNotReady",

@@ -11,16 +11,12 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"sort"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -40,29 +36,36 @@ func procOpts(name string) testutil.Options {
 	return testutil.Options{Name: name, Grace: 10 * time.Second}
 }
 
-// dispatcher is a real `tiergate dispatcher` process (nil until it runs)
-// and its Pod object.
+// dispatcher is a dispatcher pod of config/dispatcher's Deployment, with
+// the address kwok gave it, and the real `tiergate dispatcher` process on
+// that address (nil until it runs).
 type dispatcher struct {
 	*testutil.Dispatcher
 	pod string
 	ip  string
 }
 
-// env is one test's namespace, addresses and processes.
+// env is one test's namespace, ports and processes.
 type env struct {
 	t         *testing.T
 	ns        string
-	net       int32 // the N of 127.77.N.0/24
+	net       int32 // the N of 127.77.N.0/24, the test clients' own addresses
 	adminPort int
 	dataPort  int
-	modelPort int
+	modelPort int // the port of the model pods' network
 	disp      []*dispatcher
-	kubelet   *kubelet
+	seen      map[string]bool // the dispatcher pods handed out so far
+	applied   bool            // the samples are applied
+	readyAt   time.Time       // when scale first saw the Deployment report its readyReplicas
+	kubelet   *kubelet        // the probe loop, in a probed env only
 }
 
+// newEnv creates a namespace and picks the dispatchers' admin and data
+// ports, free on every address of the pod CIDR. Its model pods are served
+// by the suite's default model server unless the test calls serveModels.
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	e := &env{t: t, net: subnet.Add(1)}
+	e := &env{t: t, net: subnet.Add(1), modelPort: podNet.Port(), seen: map[string]bool{}}
 	e.ns = fmt.Sprintf("e2e-%s-%d", strings.ToLower(regexp.MustCompile(`[^A-Za-z0-9]+`).ReplaceAllString(t.Name(), "-")), e.net)
 	if len(e.ns) > 60 {
 		e.ns = e.ns[len(e.ns)-60:]
@@ -73,42 +76,35 @@ func newEnv(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		// envtest has no namespace controller; delete what matters so the
-		// controller stops pushing.
+		// The pool goes first so the controller stops pushing; the
+		// namespace controller deletes the rest.
 		_ = k8s.DeleteAllOf(ctx, &v1alpha1.ModelPool{}, client.InNamespace(e.ns))
-		_ = k8s.DeleteAllOf(ctx, &corev1.Pod{}, client.InNamespace(e.ns), client.GracePeriodSeconds(0))
+		if err := k8s.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: e.ns}}); err != nil {
+			t.Errorf("deleting namespace %s: %v", e.ns, err)
+		}
 	})
-	ports, err := testutil.FreePorts(e.ip(2), 3, e.ip(3), e.ip(4), e.ip(5), e.ip(6), e.ip(10), e.ip(11), e.ip(12))
+	// The ServiceAccount admission plugin refuses pods until the
+	// serviceaccount controller has made the namespace's default one.
+	testutil.Eventually(t, 10*time.Second, "the default ServiceAccount", func() error {
+		return k8s.Get(ctx, types.NamespacedName{Namespace: e.ns, Name: "default"}, &corev1.ServiceAccount{})
+	})
+	addrs := podAddrs()
+	ports, err := testutil.FreePorts(addrs[0], 2, addrs[1:]...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.adminPort, e.dataPort, e.modelPort = ports[0], ports[1], ports[2]
-	e.kubelet = startKubelet(t)
+	e.adminPort, e.dataPort = ports[0], ports[1]
 	return e
 }
 
-// ip returns 127.77.N.host.
+// ip returns 127.77.N.host: an address of this test's clients.
 func (e *env) ip(host int) string { return fmt.Sprintf("127.77.%d.%d", e.net, host) }
 
-// startDispatcher starts a dispatcher process on ip(host) with the given
-// admin token file, and creates its Pod object, Ready only once the
-// dispatcher's /readyz says so (the kubelet plays the readiness probe).
-func (e *env) startDispatcher(name string, host int, tokenFile string, probed bool) *dispatcher {
+// run starts bin as d's dispatcher on d.ip with e's ports and waits for
+// /healthz.
+func (d *dispatcher) run(e *env, bin, tokenFile string) {
 	e.t.Helper()
-	d := &dispatcher{pod: name, ip: e.ip(host)}
-	d.run(e, tokenFile)
-	e.createPod(name, map[string]string{"app.kubernetes.io/name": "tiergate-dispatcher"}, d.ip, false)
-	if probed {
-		e.kubelet.probe(e.ns, name, d.AdminURL("/readyz"))
-	}
-	e.disp = append(e.disp, d)
-	return d
-}
-
-// run starts d's process on d.ip with e's ports and waits for /healthz.
-func (d *dispatcher) run(e *env, tokenFile string) {
-	e.t.Helper()
-	d.Dispatcher = testutil.StartDispatcher(e.t, bins.Tiergate, testutil.DispatcherOptions{
+	d.Dispatcher = testutil.StartDispatcher(e.t, bin, testutil.DispatcherOptions{
 		Options: procOpts("dispatcher " + d.pod),
 		Data:    net.JoinHostPort(d.ip, fmt.Sprint(e.dataPort)), Admin: net.JoinHostPort(d.ip, fmt.Sprint(e.adminPort)),
 		TokenFile: tokenFile, Args: []string{"--drain-timeout", "1s"},
@@ -127,38 +123,6 @@ func (d *dispatcher) waitPushes(t *testing.T, since, n int) {
 	})
 }
 
-// createPod creates a Pod and sets its status as a kubelet would.
-func (e *env) createPod(name string, labels map[string]string, ip string, ready bool) {
-	e.t.Helper()
-	ctx := context.Background()
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: e.ns, Name: name, Labels: labels},
-		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: "example.invalid/none"}}},
-	}
-	if err := k8s.Create(ctx, pod); err != nil {
-		e.t.Fatal(err)
-	}
-	pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip, PodIPs: []corev1.PodIP{{IP: ip}}}
-	setReadyCondition(pod, ready)
-	if err := k8s.Status().Update(ctx, pod); err != nil {
-		e.t.Fatal(err)
-	}
-}
-
-func setReadyCondition(pod *corev1.Pod, ready bool) {
-	st := corev1.ConditionFalse
-	if ready {
-		st = corev1.ConditionTrue
-	}
-	for i := range pod.Status.Conditions {
-		if pod.Status.Conditions[i].Type == corev1.PodReady {
-			pod.Status.Conditions[i].Status = st
-			return
-		}
-	}
-	pod.Status.Conditions = append(pod.Status.Conditions, corev1.PodCondition{Type: corev1.PodReady, Status: st, LastTransitionTime: metav1.Now()})
-}
-
 func podIsReady(ns, name string) (bool, error) {
 	var pod corev1.Pod
 	if err := k8s.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, &pod); err != nil {
@@ -172,22 +136,10 @@ func podIsReady(ns, name string) (bool, error) {
 	return false, nil
 }
 
-// modelPods creates n Ready model pods (the Deployment's selector) on
-// ip(10), ip(11), ... and returns their backend addresses, sorted.
-func (e *env) modelPods(n int) []policy.Backend {
-	e.t.Helper()
-	var out []policy.Backend
-	for i := 0; i < n; i++ {
-		ip := e.ip(10 + i)
-		e.createPod(fmt.Sprintf("llm-%d", i), map[string]string{"app.kubernetes.io/name": "llm"}, ip, true)
-		out = append(out, policy.Backend{Address: net.JoinHostPort(ip, fmt.Sprint(e.modelPort)), Scheme: "http"})
-	}
-	sort.Slice(out, func(a, b int) bool { return out[a].Address < out[b].Address })
-	return out
-}
-
 // applySamples applies config/samples with bin/k8s/kubectl, with the
-// pool's admin and backend ports set to this environment's.
+// pool's admin and backend ports and the model server's port set to this
+// environment's, each mutate applied to the ModelPool, and the model
+// Deployment at 0 replicas: scale says how many run.
 func (e *env) applySamples(mutate ...func(string) string) {
 	e.t.Helper()
 	dir := filepath.Join(repoRoot, "config", "samples")
@@ -209,8 +161,14 @@ func (e *env) applySamples(mutate ...func(string) string) {
 				s = m(s)
 			}
 		}
+		if strings.Contains(s, "kind: Deployment") {
+			s = replaceOnce(e.t, s, "  replicas: 6\n", "  replicas: 0\n")
+			s = replaceOnce(e.t, s, "--port=8000", fmt.Sprintf("--port=%d", e.modelPort))
+			s = replaceOnce(e.t, s, "containerPort: 8000", fmt.Sprintf("containerPort: %d", e.modelPort))
+		}
 		docs = append(docs, s)
 	}
+	e.applied = true
 	kubectl.MustInput(e.t, strings.Join(docs, "\n---\n"), "apply", "-n", e.ns, "-f", "-")
 }
 
@@ -220,24 +178,6 @@ func replaceOnce(t *testing.T, s, old, new string) string {
 		t.Fatalf("sample does not contain %q exactly once", old)
 	}
 	return strings.Replace(s, old, new, 1)
-}
-
-// setReadyReplicas plays the autoscaler: it sets the Deployment's status.
-func (e *env) setReadyReplicas(n int32) {
-	e.t.Helper()
-	ctx := context.Background()
-	var d appsv1.Deployment
-	if err := k8s.Get(ctx, types.NamespacedName{Namespace: e.ns, Name: "llm"}, &d); err != nil {
-		e.t.Fatal(err)
-	}
-	d.Status.Replicas = max(n, 6)
-	d.Status.UpdatedReplicas = d.Status.Replicas
-	d.Status.ReadyReplicas = n
-	d.Status.AvailableReplicas = n
-	d.Status.ObservedGeneration = d.Generation
-	if err := k8s.Status().Update(ctx, &d); err != nil {
-		e.t.Fatal(err)
-	}
 }
 
 // getPolicy reads a dispatcher's applied policy through its admin API.
@@ -288,94 +228,6 @@ func conditionIs(conds []metav1.Condition, typ string, status metav1.ConditionSt
 		return fmt.Errorf("%s is %s/%s (%s), want %s/%s", typ, c.Status, c.Reason, c.Message, status, reason)
 	}
 	return nil
-}
-
-// kubelet plays the readiness probe of dispatcher pods: it polls their
-// /readyz and copies the answer into the Pod's Ready condition.
-type kubelet struct {
-	mu     sync.Mutex
-	pods   map[types.NamespacedName]string
-	stop   chan struct{}
-	done   chan struct{}
-	errors []error
-}
-
-func startKubelet(t *testing.T) *kubelet {
-	k := &kubelet{pods: map[types.NamespacedName]string{}, stop: make(chan struct{}), done: make(chan struct{})}
-	go k.run()
-	t.Cleanup(func() {
-		close(k.stop)
-		<-k.done
-		k.mu.Lock()
-		defer k.mu.Unlock()
-		for _, err := range k.errors {
-			t.Errorf("kubelet: %v", err)
-		}
-	})
-	return k
-}
-
-func (k *kubelet) probe(ns, name, url string) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	k.pods[types.NamespacedName{Namespace: ns, Name: name}] = url
-}
-
-func (k *kubelet) forget(ns, name string) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	delete(k.pods, types.NamespacedName{Namespace: ns, Name: name})
-}
-
-func (k *kubelet) run() {
-	defer close(k.done)
-	c := &http.Client{Timeout: 500 * time.Millisecond}
-	for {
-		select {
-		case <-k.stop:
-			return
-		case <-time.After(25 * time.Millisecond):
-		}
-		k.mu.Lock()
-		pods := make(map[types.NamespacedName]string, len(k.pods))
-		for n, u := range k.pods {
-			pods[n] = u
-		}
-		k.mu.Unlock()
-		for name, url := range pods {
-			ready := false
-			if resp, err := c.Get(url); err == nil {
-				ready = resp.StatusCode == http.StatusOK
-				resp.Body.Close()
-			}
-			var pod corev1.Pod
-			if err := k8s.Get(context.Background(), name, &pod); err != nil {
-				if !apierrors.IsNotFound(err) {
-					k.fail(err)
-				}
-				continue
-			}
-			cur := false
-			for _, c := range pod.Status.Conditions {
-				if c.Type == corev1.PodReady {
-					cur = c.Status == corev1.ConditionTrue
-				}
-			}
-			if cur == ready {
-				continue
-			}
-			setReadyCondition(&pod, ready)
-			if err := k8s.Status().Update(context.Background(), &pod); err != nil && !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
-				k.fail(err)
-			}
-		}
-	}
-}
-
-func (k *kubelet) fail(err error) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	k.errors = append(k.errors, err)
 }
 
 // allHold waits until every dispatcher in ds holds a policy that check

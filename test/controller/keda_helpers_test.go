@@ -71,14 +71,15 @@ type fakeDispatcher struct {
 	last  *policy.Policy
 }
 
-func (e *env) startFakeDispatcher(name string, host int, tokenFile string) *fakeDispatcher {
+// startFakeDispatcher serves the fake on the admin port of pod's address.
+func (e *env) startFakeDispatcher(pod *dispatcher, tokenFile string) *fakeDispatcher {
 	e.t.Helper()
 	b, err := os.ReadFile(tokenFile)
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	f := &fakeDispatcher{token: strings.TrimSpace(string(b))}
-	ln, err := net.Listen("tcp", net.JoinHostPort(e.ip(host), fmt.Sprint(e.adminPort)))
+	ln, err := net.Listen("tcp", net.JoinHostPort(pod.ip, fmt.Sprint(e.adminPort)))
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -86,7 +87,6 @@ func (e *env) startFakeDispatcher(name string, host int, tokenFile string) *fake
 	f.srv.Listener = ln
 	f.srv.Start()
 	e.t.Cleanup(f.srv.Close)
-	e.createPod(name, map[string]string{"app.kubernetes.io/name": "tiergate-dispatcher"}, e.ip(host), true)
 	return f
 }
 

@@ -15,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -22,6 +23,7 @@ import (
 
 	"github.com/tiergate/tiergate/api/v1alpha1"
 	"github.com/tiergate/tiergate/internal/testutil"
+	"github.com/tiergate/tiergate/internal/testutil/cluster"
 	"github.com/tiergate/tiergate/internal/testutil/controlplane"
 )
 
@@ -38,7 +40,20 @@ var (
 	k8s        client.Client
 	testEnv    *envtest.Environment
 	ctrlProc   *controllerProcess
+	kc         *cluster.Cluster     // kube-controller-manager, kube-scheduler and kwok
+	clientset  kubernetes.Interface // for the per-test pod networks' informers
+	podNet     *cluster.Network     // the model pods' default network, relaying to sim
+	sim        *testutil.Process    // the default model server behind podNet
 )
+
+// The pod lifecycle's delays on this suite's kwok Nodes: short, since the
+// tests are about the controller, not the model's cold start (tests that
+// need a pod to stay unready say so on the pod's template).
+var suiteStages = cluster.StageOptions{
+	ColdStart:        100 * time.Millisecond,
+	TerminationDelay: 300 * time.Millisecond,
+	CrashDetection:   100 * time.Millisecond,
+}
 
 // controllerNamespace holds the controller's RBAC and its leader Lease.
 const controllerNamespace = "tiergate-system"
@@ -54,6 +69,9 @@ func run(m *testing.M) int {
 		return 1
 	}
 	code := m.Run()
+	if code != 0 && kc != nil {
+		fmt.Fprintln(os.Stderr, kc.Logs(30))
+	}
 	// Least privilege must still be enough: any refusal by RBAC fails.
 	if ctrlProc != nil && strings.Contains(ctrlProc.Output(), "forbidden") {
 		fmt.Fprintln(os.Stderr, "test/controller: the controller was refused by RBAC (see its log)")
@@ -72,6 +90,15 @@ func tearDown() error {
 	var firstErr error
 	if ctrlProc != nil {
 		ctrlProc.stop()
+	}
+	if kc != nil {
+		if err := kc.Stop(); err != nil {
+			fmt.Fprintln(os.Stderr, "test/controller: stopping the cluster:", err)
+			firstErr = err
+		}
+	}
+	if sim != nil {
+		sim.Stop(5 * time.Second)
 	}
 	if testEnv != nil {
 		if err := testEnv.Stop(); err != nil {
@@ -119,10 +146,11 @@ func setUp() error {
 	}
 	auditLog = filepath.Join(tmpDir, "audit.log")
 	var cfg *rest.Config
-	if testEnv, cfg, err = controlplane.Start(root, assets, scheme,
+	opts := append(cluster.APIServerOptions(),
 		controlplane.WithAPIServerFlag("audit-policy-file", auditPolicy),
 		controlplane.WithAPIServerFlag("audit-log-path", auditLog),
-		controlplane.WithAPIServerFlag("audit-log-format", "json")); err != nil {
+		controlplane.WithAPIServerFlag("audit-log-format", "json"))
+	if testEnv, cfg, err = controlplane.Start(root, assets, scheme, opts...); err != nil {
 		return err
 	}
 	if k8s, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {
@@ -133,6 +161,9 @@ func setUp() error {
 		return err
 	}
 	kubectl = testutil.Kubectl(filepath.Join(assets, "kubectl"), adminConfig)
+	if err := startCluster(cfg, assets); err != nil {
+		return err
+	}
 
 	// The controller runs as its ServiceAccount's user name, with exactly
 	// the RBAC of config/rbac: a missing rule fails these tests.

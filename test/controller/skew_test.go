@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -17,7 +16,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	policy "github.com/tiergate/tiergate/api/policy/v1"
 	"github.com/tiergate/tiergate/api/v1alpha1"
@@ -84,21 +82,6 @@ func mustRun(t *testing.T, dir string, stdin *strings.Reader, argv ...string) st
 		t.Fatalf("%s: %v\n%s", strings.Join(argv, " "), err, errb.String())
 	}
 	return out.String()
-}
-
-// startDispatcherFrom is startDispatcher with another tiergate binary.
-func (e *env) startDispatcherFrom(bin, name string, host int) *dispatcher {
-	e.t.Helper()
-	d := &dispatcher{pod: name, ip: e.ip(host)}
-	d.Dispatcher = testutil.StartDispatcher(e.t, bin, testutil.DispatcherOptions{
-		Options: procOpts("dispatcher " + name),
-		Data:    net.JoinHostPort(d.ip, fmt.Sprint(e.dataPort)), Admin: net.JoinHostPort(d.ip, fmt.Sprint(e.adminPort)),
-		TokenFile: pushToken, Args: []string{"--drain-timeout", "1s"},
-	})
-	e.createPod(name, map[string]string{"app.kubernetes.io/name": "tiergate-dispatcher"}, d.ip, false)
-	e.kubelet.probe(e.ns, name, d.AdminURL("/readyz"))
-	e.disp = append(e.disp, d)
-	return d
 }
 
 // schemaHeader is what d's admin API says its schema revision is.
@@ -171,15 +154,17 @@ func holdAll(t *testing.T, ds []*dispatcher, what string, check func(*dispatcher
 func TestSkewOlderDispatcherKeepsReceivingPolicies(t *testing.T) {
 	old := oldTiergate(t, skewBaseRev)
 	e := newEnv(t)
-	oldD := e.startDispatcherFrom(old, "dispatcher-old", 2)
-	newD := e.startDispatcher("dispatcher-new", 3, pushToken, true)
+	// The current binary on the pod the controller ranks first, as the
+	// newer pod would be.
+	pods := e.dispatcherPods(2)
+	oldD := e.adopt(pods[1], old, pushToken)
+	newD := e.adopt(pods[0], bins.Tiergate, pushToken)
 	if got, want := []string{schemaHeader(t, oldD), schemaHeader(t, newD)}, []string{"", fmt.Sprint(policy.SchemaVersion)}; got[0] != want[0] || got[1] != want[1] {
 		t.Fatalf("%s headers of the old and the new dispatcher: %q, want %q", policy.SchemaHeader, got, want)
 	}
 	revisions := map[string]int{oldD.pod: 0, newD.pod: policy.SchemaVersion}
-	e.modelPods(6)
 	e.applySamples()
-	e.setReadyReplicas(6)
+	e.scale(6)
 
 	hold := func(what string, check func(*dispatcher, *policy.Policy) error) int64 {
 		t.Helper()
@@ -194,7 +179,7 @@ func TestSkewOlderDispatcherKeepsReceivingPolicies(t *testing.T) {
 	v = hold("premium's new tolerableWait", skewHold(v, 12, 20, 10, revisions))
 
 	// A scale to R=3 (P=12, μ=2/s): 6 slots each, premium L = 20, 10 each.
-	e.setReadyReplicas(3)
+	e.scale(3)
 	hold("the scale to 3 replicas", skewHold(v, 6, 10, 10, revisions))
 
 	testutil.Eventually(t, 10*time.Second, "DispatcherSkew names the old pod", func() error {
@@ -268,15 +253,17 @@ func budgetHold(after int64, revisions map[string]int, acme, premium *policy.Lim
 func TestSkewBudgetsOnAnOlderDispatcher(t *testing.T) {
 	old := oldTiergate(t, skewPrevRev)
 	e := newEnv(t)
-	oldD := e.startDispatcherFrom(old, "dispatcher-old", 2)
-	newD := e.startDispatcher("dispatcher-new", 3, pushToken, true)
+	// The current binary on the pod the controller ranks first, as the
+	// newer pod would be.
+	pods := e.dispatcherPods(2)
+	oldD := e.adopt(pods[1], old, pushToken)
+	newD := e.adopt(pods[0], bins.Tiergate, pushToken)
 	if got, want := []string{schemaHeader(t, oldD), schemaHeader(t, newD)}, []string{"1", fmt.Sprint(policy.SchemaVersion)}; got[0] != want[0] || got[1] != want[1] {
 		t.Fatalf("%s headers of the old and the new dispatcher: %q, want %q", policy.SchemaHeader, got, want)
 	}
 	revisions := map[string]int{oldD.pod: 1, newD.pod: policy.SchemaVersion}
-	e.modelPods(6)
 	e.applySamples()
-	e.setReadyReplicas(6)
+	e.scale(6)
 	skewIs := func(what string, reason v1alpha1.ModelPoolReason, status metav1.ConditionStatus, contains []string, lacks ...string) {
 		t.Helper()
 		testutil.Eventually(t, 10*time.Second, what, func() error {
@@ -344,12 +331,11 @@ func TestSkewBudgetsOnAnOlderDispatcher(t *testing.T) {
 	}
 
 	// The older pod replaced by a current one.
+	// Its pod deleted, the ReplicaSet controller makes another, on which the
+	// current binary runs.
 	oldD.Stop(10 * time.Second)
-	e.kubelet.forget(e.ns, oldD.pod)
-	if err := k8s.Delete(context.Background(), &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: e.ns, Name: oldD.pod}}, client.GracePeriodSeconds(0)); err != nil {
-		t.Fatal(err)
-	}
-	up := e.startDispatcher("dispatcher-upgraded", 4, pushToken, true)
+	kubectl.Must(t, "delete", "-n", e.ns, "pod", oldD.pod, "--wait=false")
+	up := e.adopt(e.newDispatcherPods(2)[0], bins.Tiergate, pushToken)
 	revisions[up.pod] = policy.SchemaVersion
 	holdAll(t, []*dispatcher{newD, up}, "the upgraded pod", budgetHold(v, revisions, nil, nil))
 	skewIs("every pod current: DispatchersCurrent", v1alpha1.ReasonDispatchersCurrent, metav1.ConditionFalse, nil, oldD.pod)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/tiergate/tiergate/api/v1alpha1"
 	"github.com/tiergate/tiergate/internal/testutil"
+	"github.com/tiergate/tiergate/internal/testutil/cluster"
 )
 
 // slotsOf waits until every dispatcher holds a policy with backends and
@@ -93,20 +94,21 @@ func complete(t *testing.T, d *dispatcher) (int, string) {
 // slot reports NotReady, so its Pod is NotReady and a Service sends it
 // nothing; the pool says why; every request sent to the Ready ones is
 // served.
+//
+// The dispatcher pods' readiness is the probe loop's (newProbedEnv): the
+// test is about the slot-less pod's probe failing.
 func TestFewerSlotsThanDispatchers(t *testing.T) {
-	e := newEnv(t)
-	for i := 0; i < 3; i++ {
-		e.startDispatcher(fmt.Sprintf("dispatcher-%d", i), 2+i, pushToken, true)
-	}
-	backends := e.modelPods(2)
-	for i, b := range backends {
-		testutil.StartSimserver(t, bins.Simserver, testutil.SimOptions{Options: procOpts(fmt.Sprintf("simserver-%d", i)),
-			Addr: b.Address, Args: []string{"--concurrency", "1", "--service-time", "const:50ms"}})
-	}
+	e := newProbedEnv(t)
+	// Two model pods, each one request at a time: one simserver of 2. They
+	// are Ready before the dispatchers come: kwok makes them Ready one at a
+	// time, and at 1 ready replica 2 of 3 dispatchers would hold no slot
+	// (the Warning event would say that).
+	e.serveModels("--concurrency", "2", "--service-time", "const:50ms")
 	e.applySamples(func(s string) string {
 		return replaceOnce(t, s, "concurrencyPerReplica: 4", "concurrencyPerReplica: 1")
 	})
-	e.setReadyReplicas(2)
+	e.scale(2)
+	e.startDispatchers(3)
 
 	slots := slotsOf(t, e, 2)
 	var idle *dispatcher
@@ -197,18 +199,21 @@ func TestFewerSlotsThanDispatchers(t *testing.T) {
 // A dispatcher pod marked restarting (its container's restart count rose
 // and it ended a moment ago, as a kubelet reports it) or crash-looping
 // loses its share at once: the others get the slots, it reports NotReady,
-// and the pool names it.
+// and the pool names it. The crash loop is kwok's chaos Stage (the label
+// cluster.ChaosLabel); a restarted container that runs again, Ready, is no
+// Stage's, so that status is written as a kubelet would report it.
 func TestFailingDispatcherLosesItsShare(t *testing.T) {
-	for name, mark := range map[string]func(*corev1.ContainerStatus){
-		"restarted": func(c *corev1.ContainerStatus) {
-			c.RestartCount = 1
-			c.LastTerminationState = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
-				ExitCode: 2, Reason: "Error", StartedAt: metav1.NewTime(time.Now().Add(-time.Minute)), FinishedAt: metav1.NewTime(time.Now())}}
-			c.State = corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.Now()}}
+	for name, mark := range map[string]func(e *env, pod string){
+		"restarted": func(e *env, pod string) {
+			e.markContainer(pod, func(c *corev1.ContainerStatus) {
+				c.RestartCount = 1
+				c.LastTerminationState = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
+					ExitCode: 2, Reason: "Error", StartedAt: metav1.NewTime(time.Now().Add(-time.Minute)), FinishedAt: metav1.NewTime(time.Now())}}
+				c.State = corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.Now()}}
+			})
 		},
-		"crash-looping": func(c *corev1.ContainerStatus) {
-			c.RestartCount = 4
-			c.State = corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff", Message: "back-off 40s restarting failed container"}}
+		"crash-looping": func(e *env, pod string) {
+			kubectl.Must(e.t, "label", "-n", e.ns, "pod", pod, cluster.ChaosLabel+"=crash-loop")
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -217,7 +222,7 @@ func TestFailingDispatcherLosesItsShare(t *testing.T) {
 				t.Fatalf("slots %v before, want 8 each", got)
 			}
 			failing := e.disp[1]
-			e.markContainer(failing.pod, mark)
+			mark(e, failing.pod)
 
 			var reason string
 			testutil.Eventually(t, 10*time.Second, "the failing pod's share goes to the others", func() error {
@@ -255,7 +260,7 @@ func TestFailingDispatcherLosesItsShare(t *testing.T) {
 }
 
 // markContainer sets the status of pod's container as a kubelet would,
-// retrying over the fake kubelet's own writes.
+// retrying over kwok's own writes.
 func (e *env) markContainer(pod string, mark func(*corev1.ContainerStatus)) {
 	e.t.Helper()
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -40,18 +41,21 @@ func heldSamplePolicy(ns string) policy.Policy {
 
 func TestBoundsAtZeroFollowTheColdStart(t *testing.T) {
 	e := newEnv(t)
-	for i := 0; i < 2; i++ {
-		e.startDispatcher(fmt.Sprintf("dispatcher-%d", i), 2+i, pushToken, true)
-	}
+	e.startDispatchers(2)
 	e.applySamples(withColdStart("12s"))
-	e.setReadyReplicas(0)
+	e.scale(0)
 
-	// The real dispatchers accept the held policy and stay Ready.
+	// The real dispatchers accept the held policy and stay ready: their
+	// /readyz, which a readiness probe reads, says so (kwok made the pods
+	// Ready; it plays no probes).
 	if took, err := allHold(e.disp, 5*time.Second, matches(heldSamplePolicy(e.ns))); err != nil {
 		t.Fatalf("after %s the dispatchers do not hold the policy at zero: %v", took, err)
 	}
-	testutil.Eventually(t, 5*time.Second, "dispatcher pods Ready at zero", func() error {
+	testutil.Eventually(t, 5*time.Second, "dispatchers ready at zero", func() error {
 		for _, d := range e.disp {
+			if code, body := readyz(t, d); code != http.StatusOK {
+				return fmt.Errorf("%s /readyz %d %q", d.pod, code, body)
+			}
 			if ok, err := podIsReady(e.ns, d.pod); err != nil || !ok {
 				return fmt.Errorf("%s Ready %v: %v", d.pod, ok, err)
 			}
@@ -81,8 +85,7 @@ func TestBoundsAtZeroFollowTheColdStart(t *testing.T) {
 	assertPrintedBound(t, kubectl.Must(t, "get", "servicetiers", "-n", e.ns), map[string]string{"premium": "0", "standard": "5", "free": "12"})
 
 	// The first replica: ordinary bounds, no cold start in the policy.
-	e.modelPods(1)
-	e.setReadyReplicas(1)
+	e.scale(1)
 	if took, err := allHold(e.disp, 5*time.Second, func(p *policy.Policy) error {
 		got := fmt.Sprintf("slots %d coldStart %v backends %d bounds %v", p.Slots, p.ColdStartSeconds, len(p.Backends), queueBounds(p))
 		// R=1: P=4, μ=2/3; L 3/13/20, halved with the floor: 1/6/10.

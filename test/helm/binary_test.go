@@ -23,12 +23,10 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	"github.com/redis/go-redis/v9"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
 	policy "github.com/tiergate/tiergate/api/policy/v1"
@@ -296,12 +294,24 @@ func runControllerAsServiceAccount(t *testing.T, ns, release string) {
 	// With the sample's 6 ready replicas the tiers state their guarantees
 	// (docs/architecture.md#the-queue: 61s, 121s, 181s), and /metrics serves them with
 	// the pool label the dispatchers use, for the chart's alert to join on.
-	// The pool counts the Ready pods it lists (at most readyReplicas), and
-	// this cluster has no kubelet: the test plays it (test/cluster runs
-	// real controllers and kwok instead).
-	readyModelPods(t, cs, ns, 6)
-	kubectl(t, "patch", "deployment", "llm", "--namespace", ns, "--subresource=status", "--type=merge",
-		"-p", `{"status":{"replicas":6,"readyReplicas":6}}`)
+	// The pool counts the Ready pods it lists (at most readyReplicas): the
+	// sample Deployment's six, made by the ReplicaSet controller and played
+	// by kwok, with readyReplicas as the Deployment controller reports it.
+	startCluster(t)
+	clusterUp := time.Now()
+	defer func() {
+		t.Logf("from the cluster's start to the controller's clean stop: %s", time.Since(clusterUp).Round(time.Millisecond))
+	}()
+	testutil.Eventually(t, 60*time.Second, "the sample Deployment reports 6 ready replicas", func() error {
+		d, err := cs.AppsV1().Deployments(ns).Get(context.Background(), "llm", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if d.Status.ReadyReplicas != 6 {
+			return fmt.Errorf("status %+v", d.Status)
+		}
+		return nil
+	})
 	want := map[string]float64{"premium": 61, "standard": 121, "free": 181}
 	testutil.Eventually(t, 30*time.Second, "the controller exports the tiers' stated maxWait", func() error {
 		code, body := httpDo(t, http.MethodGet, "http://"+metricsAddr+"/metrics", "", nil)
@@ -461,27 +471,4 @@ func TestDispatcherRunsWithChartFleetFlags(t *testing.T) {
 		t.Errorf("six renewal intervals took %s, want about 1.2s with the chart's 0.2s interval", took)
 	}
 	p.StopClean(t, 40*time.Second)
-}
-
-// readyModelPods creates n Pods the sample Deployment selects, Running and
-// Ready on 127.0.0.x addresses, as a kubelet would report them.
-func readyModelPods(t *testing.T, cs *kubernetes.Clientset, ns string, n int) {
-	t.Helper()
-	ctx := context.Background()
-	for i := range n {
-		pod := &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("llm-%d", i), Labels: map[string]string{"app.kubernetes.io/name": "llm"}},
-			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: "example.invalid/none"}}},
-		}
-		created, err := cs.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ip := fmt.Sprintf("127.0.0.%d", 10+i)
-		created.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip, PodIPs: []corev1.PodIP{{IP: ip}},
-			Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.Now()}}}
-		if _, err := cs.CoreV1().Pods(ns).UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
 }

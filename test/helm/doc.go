@@ -20,7 +20,11 @@
 //     chart's CRDs equal config/crd/bases; its ClusterRole grants what
 //     config/rbac/role.yaml grants.
 //   - install_test.go: against envtest (no kubelet and no controllers, so
-//     Deployments exist but never run): install, every object exists, the
+//     Deployments exist but never run, except while TestRBAC runs the
+//     controller as its ServiceAccount: then cluster_test.go runs
+//     kube-controller-manager, kube-scheduler and kwok, so the sample
+//     Deployment's pods are the ReplicaSet's, Ready by kwok, and its
+//     readyReplicas the Deployment controller's): install, every object exists, the
 //     CRDs are Established, kubectl apply -f config/samples, RBAC as seen by
 //     the API server's authorizer (including a real client-go leader
 //     election as the controller's ServiceAccount), upgrade keeps the token
