@@ -368,14 +368,17 @@ func chooseSubnet(want string, p *poolInfo, seed uint64) (string, error) {
 	}
 	var last error
 	for _, c := range candidates {
-		var addrs []string
-		for host := 1; host < 255; host++ {
-			ip := fmt.Sprintf("%s.%d", c, host)
-			for _, port := range []int{p.ModelPort, dataPort, p.AdminPort} {
-				addrs = append(addrs, net.JoinHostPort(ip, strconv.Itoa(port)))
+		// One port at a time: 254 sockets open at once, not 762.
+		for _, port := range []int{p.ModelPort, dataPort, p.AdminPort} {
+			var addrs []string
+			for host := 1; host < 255; host++ {
+				addrs = append(addrs, net.JoinHostPort(fmt.Sprintf("%s.%d", c, host), strconv.Itoa(port)))
+			}
+			if last = canListen(addrs); last != nil {
+				break
 			}
 		}
-		if last = canListen(addrs); last == nil {
+		if last == nil {
 			return c, nil
 		}
 	}
