@@ -61,7 +61,7 @@ func markdown(s *summary, kubectlGet string) string {
 	}
 	for _, e := range s.ScaleEvents {
 		w("### %s: %d → %d replicas\n\n", clock(time.Duration(e.AtSeconds*float64(time.Second))), e.From, e.To)
-		w("The autoscaler wrote spec.replicas (it was %d afterwards):\n\n```\n%s\n```\n\n", e.SpecReplicas, e.Command)
+		w("The autoscaler wrote spec.replicas (%d afterwards, owned by %s):\n\n```\n%s\n```\n\n", e.SpecReplicas, joinOrNone(e.ReplicasOwners), e.Command)
 		verb := "created"
 		if e.To < e.From {
 			verb = "deleted"

@@ -23,9 +23,11 @@ type scaleEvent struct {
 	From      int32   `json:"from"`
 	To        int32   `json:"to"`
 	// Command wrote spec.replicas; SpecReplicas is what the Deployment
-	// said it was afterwards.
-	Command      string `json:"command"`
-	SpecReplicas int32  `json:"specReplicas"`
+	// said it was right afterwards, and ReplicasOwners the field managers
+	// that owned it then.
+	Command        string   `json:"command"`
+	SpecReplicas   int32    `json:"specReplicas"`
+	ReplicasOwners []string `json:"replicasOwners"`
 	// Pods are those the ReplicaSet controller deleted (scale down) or
 	// created (scale up).
 	Pods []string `json:"pods"`
@@ -171,6 +173,9 @@ func (d *demo) scaleOn(ctx context.Context, tl timeline, step scaleStep) *scaleE
 		errs = append(errs, err.Error())
 	}
 	ev.Command = cmd
+	if dep, err := d.deployment(ctx); err == nil && dep.Spec.Replicas != nil {
+		ev.SpecReplicas, ev.ReplicasOwners = *dep.Spec.Replicas, replicasOwners(dep.ManagedFields)
+	}
 	ev.Error = strings.Join(errs, "; ")
 	d.ui.event(at, "scale %d→%d: %s", ev.From, ev.To, cmd)
 	if ev.Error != "" {
@@ -181,7 +186,7 @@ func (d *demo) scaleOn(ctx context.Context, tl timeline, step scaleStep) *scaleE
 	*tl.events = append(*tl.events, ev)
 	d.mu.Unlock()
 	d.follows.Add(1)
-	go func() { defer d.follows.Done(); d.follow(ctx, tl.rec, ev, at, liveNames(pods)) }()
+	go func() { defer d.follows.Done(); d.follow(ctx, tl.rec, ev, at, deletingByName(pods)) }()
 	return ev
 }
 
@@ -189,7 +194,7 @@ func (d *demo) scaleOn(ctx context.Context, tl timeline, step scaleStep) *scaleE
 // replicas and the dispatchers to hold the new pool's slots, records
 // their bounds then and the pods the scale changed, and waits for the
 // ServiceTier status to show the same bounds.
-func (d *demo) follow(ctx context.Context, rec *recorder, ev *scaleEvent, at time.Duration, before []string) {
+func (d *demo) follow(ctx context.Context, rec *recorder, ev *scaleEvent, at time.Duration, before map[string]bool) {
 	want := int(ev.To) * d.pool.PerReplica
 	deadline := time.Now().Add(30 * time.Second)
 	var after map[string]int
@@ -212,15 +217,11 @@ func (d *demo) follow(ctx context.Context, rec *recorder, ev *scaleEvent, at tim
 	}
 	limits := d.tenantLimitsNow(ctx)
 	changed := d.changedPods(ctx, before, ev.To < ev.From)
-	var spec int32
-	if dep, err := d.deployment(ctx); err == nil && dep.Spec.Replicas != nil {
-		spec = *dep.Spec.Replicas
-	}
 	d.mu.Lock()
 	ev.SlotsAfter, ev.BoundsAfter, ev.TenantLimitsAfter = slots, after, limits
 	ev.Followed, ev.FollowedAfterSeconds = followedAt >= 0, followedAt.Seconds()
 	ev.Ready, ev.ReadyAfterSeconds = readyAt >= 0, readyAt.Seconds()
-	ev.Pods, ev.SpecReplicas = changed, spec
+	ev.Pods = changed
 	d.mu.Unlock()
 	verb := "created"
 	if ev.To < ev.From {
@@ -258,33 +259,29 @@ func (d *demo) followStatus(ctx context.Context, ev *scaleEvent, after map[strin
 	}
 }
 
-// changedPods are the model pods a scale deleted (those of before now
-// terminating or gone) or created (those not in before).
-func (d *demo) changedPods(ctx context.Context, before []string, down bool) []string {
+// changedPods are the model pods a scale deleted (those live before, by
+// name to whether their deletion had begun, now terminating or gone) or
+// created (those not listed before at all).
+func (d *demo) changedPods(ctx context.Context, before map[string]bool, down bool) []string {
 	pods, err := d.modelPods(ctx)
 	if err != nil {
 		return nil
-	}
-	was := map[string]bool{}
-	for _, n := range before {
-		was[n] = true
 	}
 	now := map[string]bool{}
 	var out []string
 	for _, p := range pods {
 		now[p.Name] = true
+		deleting, listed := before[p.Name]
 		switch {
-		case down && was[p.Name] && p.DeletionTimestamp != nil:
+		case down && listed && !deleting && p.DeletionTimestamp != nil:
 			out = append(out, p.Name)
-		case !down && !was[p.Name]:
+		case !down && !listed:
 			out = append(out, p.Name)
 		}
 	}
-	if down {
-		for _, n := range before {
-			if !now[n] {
-				out = append(out, n)
-			}
+	for n, deleting := range before {
+		if down && !deleting && !now[n] {
+			out = append(out, n)
 		}
 	}
 	sort.Strings(out)

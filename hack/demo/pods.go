@@ -180,15 +180,12 @@ func replicasOwners(mf []metav1.ManagedFieldsEntry) []string {
 	return out
 }
 
-// liveNames are the names of the pods whose deletion has not begun, sorted.
-func liveNames(pods []corev1.Pod) []string {
-	out := make([]string, 0, len(pods))
+// deletingByName maps each pod's name to whether its deletion has begun.
+func deletingByName(pods []corev1.Pod) map[string]bool {
+	out := make(map[string]bool, len(pods))
 	for _, p := range pods {
-		if p.DeletionTimestamp == nil {
-			out = append(out, p.Name)
-		}
+		out[p.Name] = p.DeletionTimestamp != nil
 	}
-	sort.Strings(out)
 	return out
 }
 
@@ -216,7 +213,14 @@ func clusterMarkdown(c *clusterSummary) string {
 	}
 	w("\nkube-controller-manager ran the controllers %s. kwok ran %d fake Nodes (%s), gave pods addresses of %s, made a started pod Ready %s later (the model's cold start; %s in the scale-from-zero phase) and removed a deleted one %s after its deletion began (the preStop sleep plus the longest generation, within the grace period). ",
 		strings.Join(c.Controllers, ", "), len(c.Nodes), strings.Join(c.Nodes, ", "), c.PodCIDR, secondsD(c.ColdStart), secondsD(zeroColdStart.Seconds()), secondsD(c.Termination))
-	w("At the end the model Deployment's spec.replicas belonged to %s and its status was written by %s.\n\n", joinOrNone(c.ReplicasOwners), joinOrNone(c.StatusWriters))
+	w("At the end the model Deployment's spec.replicas belonged to %s and its status was written by %s", joinOrNone(c.ReplicasOwners), joinOrNone(c.StatusWriters))
+	if len(c.ReplicasOwners) == 0 {
+		// Seen with v1.37: `kubectl scale --replicas=0` leaves no
+		// managedFields entry owning spec.replicas, and later scales
+		// through the subresource do not make one again.
+		w(" (no manager owns spec.replicas once it went to 0 through the scale subresource: the API server dropped the entry, and later scales did not restore it; each scale event below names its owner right after the command)")
+	}
+	w(".\n\n")
 	w("One simserver (`%s`, `--concurrency %d`, the whole pool's slots) serves every model pod: the pod network listens on a pod's address only while the pod is Ready and not terminating (a terminating one keeps its open connections and refuses new ones) and relays to it. So what one replica carried is the pod network's count for its address, not a process of its own:\n\n",
 		c.Simserver, c.SimserverConcurrency)
 	w("| pod | owner | node | address | created | Ready | deletion began | status written by |\n|---|---|---|---|--:|--:|--:|---|\n")

@@ -145,7 +145,7 @@ func TestMarkdownSections(t *testing.T) {
 		Tiers: []tierSummary{{Tier: "premium", Requests: 3, Served: 2, Refused: 1, RefusedByCause: map[string]int{"tenant_limit": 1},
 			ServerRefusedByCause: map[string]float64{"tenant_limit": 1}, Dispatched: 2, WaitP50: 0.1, WaitP95: 0.2, ServerWaitP50: math.NaN(), ServerWaitP95: math.NaN()}},
 		ScaleEvents: []scaleEvent{{AtSeconds: 10, From: 6, To: 3, Pods: []string{"llm-5d8f-a", "llm-5d8f-b"}, Command: "kubectl -n default scale deployment llm --replicas=3",
-			SpecReplicas: 3, Ready: true, ReadyAfterSeconds: 0.2, Followed: true, FollowedAfterSeconds: 0.3,
+			SpecReplicas: 3, ReplicasOwners: []string{"kubectl/scale"}, Ready: true, ReadyAfterSeconds: 0.2, Followed: true, FollowedAfterSeconds: 0.3,
 			SlotsBefore: 24, SlotsAfter: 12, BoundsBefore: map[string]int{"premium": 20}, BoundsAfter: map[string]int{"premium": 10}}},
 		OpenAI: openaiSummary{MinGapRatio: math.NaN()},
 		Cluster: &clusterSummary{
@@ -161,7 +161,7 @@ func TestMarkdownSections(t *testing.T) {
 	for _, want := range []string{
 		"# tiergate demo report", "## What the numbers show", "## Per tier", "| premium | 3 | 2 | 1 | tenant_limit 1 |",
 		"## Scale events", "### 00:10.0: 6 → 3 replicas", "| premium | 20 | 10 |", "0.30s after the command both dispatchers held the new policy: slots 24 → 12.",
-		"The autoscaler wrote spec.replicas (it was 3 afterwards):\n\n```\nkubectl -n default scale deployment llm --replicas=3\n```",
+		"The autoscaler wrote spec.replicas (3 afterwards, owned by kubectl/scale):\n\n```\nkubectl -n default scale deployment llm --replicas=3\n```",
 		"The ReplicaSet controller deleted pods llm-5d8f-a, llm-5d8f-b. The Deployment's status counted 3 ready replicas 0.20s after the command.",
 		"At 00:10.0 `kubectl scale` took the Deployment from 6 to 3 replicas; its status counted them ready 0.20s later, and 0.30s after the command",
 		"## The cluster that ran", "| kwok | kwok version v0.8.0 | `/r/bin/k8s/kwok` | 42 |",

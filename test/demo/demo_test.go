@@ -50,6 +50,7 @@ type summary struct {
 		To             int32          `json:"to"`
 		Command        string         `json:"command"`
 		SpecReplicas   int32          `json:"specReplicas"`
+		ReplicasOwners []string       `json:"replicasOwners"`
 		Pods           []string       `json:"pods"`
 		Ready          bool           `json:"ready"`
 		ReadyAfter     float64        `json:"readyAfterSeconds"`
@@ -348,6 +349,9 @@ func TestShortDemo(t *testing.T) {
 		// 3 pods, and new pods counted only a cold start later.
 		if want := fmt.Sprintf("kubectl -n default scale deployment llm --replicas=%d", e.To); e.Command != want || e.SpecReplicas != e.To || len(e.Pods) != 3 || !e.Ready {
 			t.Errorf("scale %d→%d: command %q, spec.replicas %d after, pods %v, ready %v", e.From, e.To, e.Command, e.SpecReplicas, e.Pods, e.Ready)
+		}
+		if diff := cmp.Diff([]string{"kubectl/scale"}, e.ReplicasOwners); diff != "" {
+			t.Errorf("scale %d→%d: owners of spec.replicas right after (-want +got):\n%s", e.From, e.To, diff)
 		}
 		if e.To > e.From && s.Cluster != nil && e.ReadyAfter < s.Cluster.ColdStart {
 			t.Errorf("scale %d→%d: ready %.2fs after the command, before the %vs cold start", e.From, e.To, e.ReadyAfter, s.Cluster.ColdStart)
