@@ -445,7 +445,7 @@ func checkZero(t *testing.T, z *zeroSummary) {
 	// plays the cold start, at least about the cold start, and no more
 	// than it plus the controllers' and the scale-up's few seconds.
 	if held := z.HeldToSeconds - z.HeldFromSeconds; z.ColdStartSeconds != 8 || held < z.ColdStartSeconds-1 || held > z.ColdStartSeconds+3 {
-		t.Errorf("held from %.2fs to %.2fs with a cold start of %vs", z.HeldFromSeconds, z.HeldToSeconds, z.ColdStartSeconds)
+		t.Errorf("held from %.2fs to %.2fs with a cold start of %vs; want held for the cold start to 3s more", z.HeldFromSeconds, z.HeldToSeconds, z.ColdStartSeconds)
 	}
 	if z.Held == 0 || z.Served == 0 || z.Refused == 0 || z.DesiredReplicas < 1 {
 		t.Errorf("held %d, served %d, refused %d, desiredReplicas %d: want all > 0", z.Held, z.Served, z.Refused, z.DesiredReplicas)
