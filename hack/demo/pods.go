@@ -165,7 +165,7 @@ func replicasOwners(mf []metav1.ManagedFieldsEntry) []string {
 		var fields struct {
 			Spec map[string]json.RawMessage `json:"f:spec"`
 		}
-		if json.Unmarshal(e.FieldsV1.Raw, &fields) != nil {
+		if json.Unmarshal(e.FieldsV1.GetRawBytes(), &fields) != nil {
 			continue
 		}
 		if _, ok := fields.Spec["f:replicas"]; ok {

@@ -10,7 +10,7 @@ import (
 
 func TestReplicasOwnersAndWriters(t *testing.T) {
 	entry := func(manager, subresource, fields string) metav1.ManagedFieldsEntry {
-		return metav1.ManagedFieldsEntry{Manager: manager, Subresource: subresource, FieldsV1: &metav1.FieldsV1{Raw: []byte(fields)}}
+		return metav1.ManagedFieldsEntry{Manager: manager, Subresource: subresource, FieldsV1: metav1.NewFieldsV1(fields)}
 	}
 	mf := []metav1.ManagedFieldsEntry{
 		entry("kubectl-client-side-apply", "", `{"f:metadata":{},"f:spec":{"f:selector":{},"f:template":{}}}`),
