@@ -153,9 +153,10 @@ DURATION ?= 3m
 
 .PHONY: demo
 demo: ## Run tiergate end to end on this machine for DURATION (default 3m) and write demo-report/
-	@# The demo needs only the control plane. Static and trimmed like make
-	@# build, so the two share compiled packages.
-	hack/tools.sh k8s
+	@# The demo needs the control plane: bin/k8s (kube-controller-manager
+	@# and kube-scheduler with it), kwok and its Stage CRD. Static and
+	@# trimmed like make build, so the two share compiled packages.
+	hack/tools.sh k8s kwok
 	CGO_ENABLED=0 go run -trimpath ./hack/demo --duration $(DURATION) --report demo-report
 
 IMAGE_TAR ?= dist/tiergate-image.tar

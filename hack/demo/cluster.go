@@ -5,33 +5,33 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
-	"sync"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/tiergate/tiergate/api/v1alpha1"
+	clusterutil "github.com/tiergate/tiergate/internal/testutil/cluster"
 )
 
-// cluster is the local control plane: a real etcd and kube-apiserver from
-// bin/k8s (started by envtest), bin/k8s/kubectl, and a client for what the
-// kubelet and the autoscaler would write.
+// cluster is the local API server: a real etcd and kube-apiserver from
+// bin/k8s (started by envtest), bin/k8s/kubectl, and a client for reading
+// what the controllers wrote. The rest of the control plane is kwok.go's.
 type cluster struct {
 	env        *envtest.Environment
+	cfg        *rest.Config
 	kubeconfig string
 	kubectlBin string
 	c          client.Client
@@ -40,9 +40,6 @@ type cluster struct {
 // startCluster starts etcd and kube-apiserver with their data and logs in
 // work, and records their PIDs with sup.
 func startCluster(k8sBin, work string, sup *supervisor) (*cluster, error) {
-	if err := checkK8sBin(k8sBin); err != nil {
-		return nil, err
-	}
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
 		return nil, err
@@ -71,6 +68,11 @@ func startCluster(k8sBin, work string, sup *supervisor) (*cluster, error) {
 	env.ControlPlane.APIServer = &envtest.APIServer{
 		Path: filepath.Join(k8sBin, "kube-apiserver"), CertDir: filepath.Join(work, "apiserver"), Out: apiLog, Err: apiLog,
 	}
+	// The ServiceAccount admission envtest turns off, as the controller
+	// manager runs the controllers it needs.
+	for _, o := range clusterutil.APIServerOptions() {
+		o(env)
+	}
 	for _, d := range []string{env.ControlPlane.Etcd.DataDir, env.ControlPlane.APIServer.CertDir} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, err
@@ -88,7 +90,7 @@ func startCluster(k8sBin, work string, sup *supervisor) (*cluster, error) {
 		_ = env.Stop()
 		return nil, fmt.Errorf("starting etcd and kube-apiserver from %s: %w (logs in %s)", k8sBin, err, filepath.Join(work, "logs"))
 	}
-	k := &cluster{env: env, kubeconfig: filepath.Join(work, "kubeconfig"), kubectlBin: filepath.Join(k8sBin, "kubectl")}
+	k := &cluster{env: env, cfg: cfg, kubeconfig: filepath.Join(work, "kubeconfig"), kubectlBin: filepath.Join(k8sBin, "kubectl")}
 	if err := os.WriteFile(k.kubeconfig, env.KubeConfig, 0o600); err != nil {
 		_ = env.Stop()
 		return nil, err
@@ -100,13 +102,17 @@ func startCluster(k8sBin, work string, sup *supervisor) (*cluster, error) {
 	return k, nil
 }
 
-// checkK8sBin makes sure the control-plane binaries are there.
-func checkK8sBin(k8sBin string) error {
-	for _, name := range []string{"etcd", "kube-apiserver", "kubectl"} {
+// checkK8sBin makes sure the control-plane binaries and kwok's Stage CRD
+// are there.
+func checkK8sBin(k8sBin, root string) error {
+	for _, name := range []string{"etcd", "kube-apiserver", "kubectl", "kube-controller-manager", "kube-scheduler", "kwok"} {
 		p := filepath.Join(k8sBin, name)
 		if fi, err := os.Stat(p); err != nil || fi.IsDir() || fi.Mode()&0o111 == 0 {
 			return fmt.Errorf("%s is missing or not executable: run `make tools` first", p)
 		}
+	}
+	if fi, err := os.Stat(stageCRD(root)); err != nil || fi.IsDir() {
+		return fmt.Errorf("kwok's Stage CRD %s is missing: run `make tools` first", stageCRD(root))
 	}
 	return nil
 }
@@ -141,7 +147,9 @@ type poolInfo struct {
 	ModelPort        int
 	AdminPort        int
 	PerReplica       int
-	Replicas         int32 // the Deployment's spec.replicas
+	Replicas         int32         // the Deployment's spec.replicas
+	PreStop          time.Duration // the model pods' preStop sleep
+	GracePeriod      time.Duration // their terminationGracePeriodSeconds
 	TenantHeader     string
 	ClientTimeout    time.Duration
 	ServiceTime      time.Duration
@@ -174,6 +182,10 @@ func (k *cluster) readPool(ctx context.Context, ns, name string) (*poolInfo, err
 	if dep.Spec.Replicas != nil {
 		p.Replicas = *dep.Spec.Replicas
 	}
+	p.PreStop = clusterutil.PreStopSleep(&corev1.Pod{Spec: dep.Spec.Template.Spec})
+	if g := dep.Spec.Template.Spec.TerminationGracePeriodSeconds; g != nil {
+		p.GracePeriod = time.Duration(*g) * time.Second
+	}
 	if p.TenantHeader == "" {
 		p.TenantHeader = "X-Tenant-ID"
 	}
@@ -202,182 +214,6 @@ func (p *poolInfo) tierOf(tenant string) string {
 		return t
 	}
 	return p.Tenants[""]
-}
-
-// createPod creates a Pod and sets its status as a kubelet would once the
-// container runs: Running, the IP, not Ready yet.
-func (k *cluster) createPod(ctx context.Context, ns, name string, labels map[string]string, ip string) error {
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: labels},
-		Spec: corev1.PodSpec{Containers: []corev1.Container{{
-			Name: "main", Image: "local.invalid/" + name, Command: []string{"(a local process of the demo)"},
-		}}},
-	}
-	if err := k.c.Create(ctx, pod); err != nil {
-		return fmt.Errorf("creating pod %s: %w", name, err)
-	}
-	now := metav1.Now()
-	pod.Status = corev1.PodStatus{
-		Phase: corev1.PodRunning, PodIP: ip, PodIPs: []corev1.PodIP{{IP: ip}}, HostIP: "127.0.0.1", StartTime: &now,
-		Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionFalse, LastTransitionTime: now}},
-	}
-	if err := k.c.Status().Update(ctx, pod); err != nil {
-		return fmt.Errorf("setting the status of pod %s: %w", name, err)
-	}
-	return nil
-}
-
-// setPodReady writes the pod's Ready condition.
-func (k *cluster) setPodReady(ctx context.Context, ns, name string, ready bool) error {
-	want := corev1.ConditionFalse
-	if ready {
-		want = corev1.ConditionTrue
-	}
-	for attempt := 0; ; attempt++ {
-		var pod corev1.Pod
-		if err := k.c.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, &pod); err != nil {
-			return err
-		}
-		found := false
-		for i := range pod.Status.Conditions {
-			if c := &pod.Status.Conditions[i]; c.Type == corev1.PodReady {
-				found = true
-				if c.Status == want {
-					return nil
-				}
-				c.Status, c.LastTransitionTime = want, metav1.Now()
-			}
-		}
-		if !found {
-			pod.Status.Conditions = append(pod.Status.Conditions, corev1.PodCondition{Type: corev1.PodReady, Status: want, LastTransitionTime: metav1.Now()})
-		}
-		err := k.c.Status().Update(ctx, &pod)
-		if err == nil || !apierrors.IsConflict(err) || attempt == 5 {
-			return err
-		}
-	}
-}
-
-// patchReadyReplicas plays the autoscaler and the Deployment controller:
-// it patches the Deployment's status with kubectl. It returns the command.
-func (k *cluster) patchReadyReplicas(ctx context.Context, p *poolInfo, ready int32) (string, error) {
-	patch := fmt.Sprintf(`{"status":{"replicas":%d,"updatedReplicas":%d,"readyReplicas":%d,"availableReplicas":%d}}`,
-		p.Replicas, p.Replicas, ready, ready)
-	args := []string{"-n", p.Namespace, "patch", "deployment", p.Deployment, "--subresource=status", "--type=merge", "-p", patch}
-	_, err := k.kubectl(ctx, args...)
-	return "kubectl " + strings.Join(args[:len(args)-1], " ") + " '" + patch + "'", err
-}
-
-// kubelet plays the kubelet's readiness probes: every pod it knows is Ready
-// when its probe answers 200 and the demo wants it Ready (the model pods
-// the scale-down takes away are NotReady, like terminating pods).
-type kubelet struct {
-	k      *cluster
-	ns     string
-	client *http.Client
-
-	mu   sync.Mutex
-	pods map[string]*kpod
-	errs int
-	last error
-}
-
-type kpod struct {
-	probe   string // URL that must answer 200
-	want    bool
-	written *bool // the Ready condition last written
-}
-
-func newKubelet(k *cluster, ns string) *kubelet {
-	return &kubelet{k: k, ns: ns, pods: map[string]*kpod{}, client: &http.Client{Timeout: 700 * time.Millisecond}}
-}
-
-func (kl *kubelet) add(name, probe string) {
-	kl.mu.Lock()
-	defer kl.mu.Unlock()
-	kl.pods[name] = &kpod{probe: probe, want: true}
-}
-
-// setWant marks pods as wanted Ready or not; sync applies it.
-func (kl *kubelet) setWant(names []string, want bool) {
-	kl.mu.Lock()
-	defer kl.mu.Unlock()
-	for _, n := range names {
-		if p, ok := kl.pods[n]; ok {
-			p.want = want
-		}
-	}
-}
-
-// sync probes every pod once and writes the Ready conditions that changed.
-func (kl *kubelet) sync(ctx context.Context) error {
-	kl.mu.Lock()
-	names := make([]string, 0, len(kl.pods))
-	for n := range kl.pods {
-		names = append(names, n)
-	}
-	kl.mu.Unlock()
-	sort.Strings(names)
-	var errs []error
-	for _, n := range names {
-		kl.mu.Lock()
-		p := kl.pods[n]
-		probe, want, written := p.probe, p.want, p.written
-		kl.mu.Unlock()
-		ready := want && kl.probe(ctx, probe)
-		if written != nil && *written == ready {
-			continue
-		}
-		if err := kl.k.setPodReady(ctx, kl.ns, n, ready); err != nil {
-			errs = append(errs, fmt.Errorf("pod %s: %w", n, err))
-			continue
-		}
-		kl.mu.Lock()
-		p.written = &ready
-		kl.mu.Unlock()
-	}
-	err := errors.Join(errs...)
-	if err != nil {
-		kl.mu.Lock()
-		kl.errs++
-		kl.last = err
-		kl.mu.Unlock()
-	}
-	return err
-}
-
-func (kl *kubelet) probe(ctx context.Context, url string) bool {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return false
-	}
-	resp, err := kl.client.Do(req)
-	if err != nil {
-		return false
-	}
-	resp.Body.Close()
-	return resp.StatusCode == http.StatusOK
-}
-
-// run syncs every half second until ctx ends.
-func (kl *kubelet) run(ctx context.Context) {
-	t := time.NewTicker(500 * time.Millisecond)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			_ = kl.sync(ctx)
-		}
-	}
-}
-
-// failures is how many sync passes failed, and the last error.
-func (kl *kubelet) failures() (int, error) {
-	kl.mu.Lock()
-	defer kl.mu.Unlock()
-	return kl.errs, kl.last
 }
 
 // finalState is what the report shows of the cluster at the end.

@@ -54,7 +54,7 @@ func (c *config) bind(fs *flag.FlagSet) {
 	fs.StringVar(&c.PIDFile, "pid-file", c.PIDFile, "write the processes the demo started (JSON) to this file, kept current")
 	fs.DurationVar(&c.Refresh, "refresh", c.Refresh, "period of the live table")
 	fs.StringVar(&c.ServiceTime, "service-time", c.ServiceTime, "simserver service time distribution (the seed's 6s mean)")
-	fs.StringVar(&c.Subnet, "subnet", c.Subnet, `loopback /24 of the pod IPs, "127.A.B", or "auto": 127.0.0 if its ports are free, else another`)
+	fs.StringVar(&c.Subnet, "subnet", c.Subnet, `loopback /24 kwok gives pod IPs from, "127.A.B" (not 127.0.0, whose .1 the other servers use), or "auto": a random one whose ports are free`)
 	fs.IntVar(&c.MaxRequests, "max-requests", c.MaxRequests, "at most this many requests in total")
 	fs.Uint64Var(&c.Seed, "seed", c.Seed, "seed of the load's arrival times and of the service times")
 }
@@ -121,6 +121,9 @@ func (c *config) validate() error {
 	if c.Subnet != "auto" {
 		if _, err := subnetIP(c.Subnet, 1); err != nil {
 			errs = append(errs, err)
+		} else if c.Subnet == "127.0.0" {
+			// kwok hands out every host address, 127.0.0.1 too.
+			errs = append(errs, fmt.Errorf("%w: --subnet 127.0.0 holds 127.0.0.1, where the API server and the simserver listen; choose another", ErrConfig))
 		}
 	}
 	if c.Report == "" {

@@ -25,6 +25,7 @@ func TestConfigValidate(t *testing.T) {
 		"no requests":        {mutate: func(c *config) { c.MaxRequests = 0 }, wantErr: "bad configuration: --max-requests must be >= 1, got 0"},
 		"no service time":    {mutate: func(c *config) { c.ServiceTime = "" }, wantErr: "bad configuration: --service-time must not be empty"},
 		"not loopback":       {mutate: func(c *config) { c.Subnet = "10.0.0" }, wantErr: `bad configuration: --subnet must look like 127.A.B (a loopback /24), got "10.0.0"`},
+		"the host's /24":     {mutate: func(c *config) { c.Subnet = "127.0.0" }, wantErr: `bad configuration: --subnet 127.0.0 holds 127.0.0.1, where the API server and the simserver listen; choose another`},
 		"four octets":        {mutate: func(c *config) { c.Subnet = "127.0.0.1" }, wantErr: `bad configuration: --subnet must look like 127.A.B (a loopback /24), got "127.0.0.1"`},
 		"two errors at once": {mutate: func(c *config) { c.MaxRequests = -1; c.Report = "" }, wantErr: "bad configuration: --max-requests must be >= 1, got -1\nbad configuration: --report must not be empty"},
 	}

@@ -6,9 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"net"
 	"net/http"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -426,20 +424,14 @@ type simStats struct {
 
 func (d *demo) sampleSimsOnce(ctx context.Context, f *fairRun) {
 	s := simSample{T: f.rec.since(), OK: true, Tenants: map[string]simTokens{}}
-	for i := range d.models {
-		addr := net.JoinHostPort(mustIP(d.subnet, modelHost0+i), strconv.Itoa(d.pool.ModelPort))
-		var st simStats
-		if err := getJSONFrom(ctx, f.obs.client, "http://"+addr+"/debug/stats", &st); err != nil {
-			s.OK = false
-			break
-		}
-		for _, t := range f.tenants {
-			c := st.Tenants[t.Name]
-			cur := s.Tenants[t.Name]
-			cur.Prompt += c.PromptTokens
-			cur.Completion += c.CompletionTokens
-			s.Tenants[t.Name] = cur
-		}
+	// The one simserver behind every model pod counts them all.
+	var st simStats
+	if err := getJSONFrom(ctx, f.obs.client, "http://"+d.simAddr+"/debug/stats", &st); err != nil {
+		s.OK = false
+	}
+	for _, t := range f.tenants {
+		c := st.Tenants[t.Name]
+		s.Tenants[t.Name] = simTokens{Prompt: c.PromptTokens, Completion: c.CompletionTokens}
 	}
 	f.mu.Lock()
 	f.sims = append(f.sims, s)
@@ -480,6 +472,7 @@ func (d *demo) fairView(f *fairRun) tableView {
 	if f.loadEnd > 0 {
 		load = f.loadEnd
 	}
+	ready, spec := d.readyNow()
 	mode := "token fairness, Requests mode"
 	if f.patchedAt > 0 {
 		mode = "token fairness, switching to Tokens mode"
@@ -489,7 +482,7 @@ func (d *demo) fairView(f *fairRun) tableView {
 	}
 	return tableView{
 		Now: f.rec.since(), Load: load, Grace: f.sched.Grace, Phase: mode,
-		Pool: d.pool.Namespace + "/" + d.pool.Name, Ready: d.ready, Replicas: d.pool.Replicas, PerReplica: d.pool.PerReplica,
+		Pool: d.pool.Namespace + "/" + d.pool.Name, Ready: ready, Replicas: spec, PerReplica: d.pool.PerReplica,
 		Sample: s, HaveSample: ok, Tiers: []string{fairTier}, Live: f.rec.live(waitWindow), Dispatchers: len(d.disps),
 		Events: d.ui.lastEvents(8), ServiceTime: fmt.Sprintf("prompt ÷ %d + output ÷ %d tokens/s (X-Sim-Service-Time)", fairPrefill, fairDecode), WaitWindow: waitWindow,
 	}

@@ -22,9 +22,11 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	policy "github.com/tiergate/tiergate/api/policy/v1"
+	clusterutil "github.com/tiergate/tiergate/internal/testutil/cluster"
 )
 
 // Exit codes.
@@ -38,15 +40,13 @@ const (
 // errInterrupted is the cause of the main context when a signal arrived.
 var errInterrupted = errors.New("interrupted")
 
-// The demo's fixed layout on the pods' /24.
+// The demo's layout: kwok gives pods addresses of one loopback /24.
 const (
-	modelHost0      = 11 // model pods: .11, .12, ...
-	dispatcherHost0 = 21 // dispatcher pods: .21, .22
-	dispatchers     = 2
-	dataPort        = 8080
-	poolNamespace   = "default"
-	poolName        = "llm"
-	waitWindow      = 10 * time.Second
+	dispatchers   = 2 // config/dispatcher's replicas
+	dataPort      = 8080
+	poolNamespace = "default"
+	poolName      = "llm"
+	waitWindow    = 10 * time.Second
 )
 
 func main() {
@@ -60,8 +60,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	cfg.bind(fs)
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: go run ./hack/demo [flags]   (make demo [DURATION=30s])\n\n"+
-			"Runs tiergate end to end on this machine: a real kube-apiserver and etcd from\n"+
-			"bin/k8s, the controller, 2 dispatchers and 6 simserver replicas on loopback,\n"+
+			"Runs tiergate end to end on this machine: a real kube-apiserver, etcd,\n"+
+			"kube-controller-manager, kube-scheduler and kwok from bin/k8s, the controller,\n"+
+			"2 dispatchers and a simserver behind 6 model pods on loopback,\n"+
 			"a mixed load with a live per-tier table, a 6→3→6 scale of the pool, and a\n"+
 			"report with charts. Ctrl-C stops everything it started.\n\nFlags:")
 		fs.PrintDefaults()
@@ -128,27 +129,36 @@ type demo struct {
 	ui   *ui
 	plan []streamPlan
 
-	work    string
-	mu      sync.Mutex // guards sup (read by the signal handler) and events
-	sup     *supervisor
-	k       *cluster
-	pool    *poolInfo
-	kl      *kubelet
-	subnet  string
-	token   string
-	models  []string // model pod names, in order
-	disps   []dispatcherRef
-	obs     *observer
-	rec     *recorder
-	sched   schedule
-	ready   int32 // the Deployment's readyReplicas as last patched
-	events  []*scaleEvent
-	follows sync.WaitGroup
-	final   *finalState
-	started time.Time // of the load
-	ended   time.Duration
-	zero    *zeroRun // the scale-from-zero phase, once it began
-	fair    *fairRun // the token-fairness phase, once its load began
+	work   string
+	mu     sync.Mutex // guards sup (read by the signal handler) and events
+	sup    *supervisor
+	k      *cluster
+	kc     *clusterutil.Cluster
+	net    *clusterutil.Network // the model pods' addresses
+	stages clusterutil.StageOptions
+	// components are the cluster's processes, for the report.
+	components []clusterutil.ComponentInfo
+	pool       *poolInfo
+	subnet     string
+	simAddr    string // the simserver behind every model pod
+	token      string
+	disps      []dispatcherRef
+	obs        *observer
+	rec        *recorder
+	sched      schedule
+	replicas   int32 // the Deployment's spec.replicas as last scaled
+	// pods are the model pods seen, by UID; lastReady and lastSpec the
+	// Deployment's readyReplicas and spec.replicas last read (d.mu).
+	pods                map[string]corev1.Pod
+	lastReady, lastSpec int32
+	clusterSum          *clusterSummary
+	events              []*scaleEvent
+	follows             sync.WaitGroup
+	final               *finalState
+	started             time.Time // of the load
+	ended               time.Duration
+	zero                *zeroRun // the scale-from-zero phase, once it began
+	fair                *fairRun // the token-fairness phase, once its load began
 	// budgets are the budget stream's tenant's budgets at each dispatcher.
 	budgets []policy.Limits
 }
@@ -162,7 +172,7 @@ func (d *demo) supervisor() *supervisor {
 // run does the whole demo; teardown always runs, and the report is
 // written whenever the load phase began.
 func (d *demo) run(ctx context.Context) (err error) {
-	if err := checkK8sBin(d.cfg.K8sBin); err != nil {
+	if err := checkK8sBin(d.cfg.K8sBin, d.cfg.Root); err != nil {
 		return err
 	}
 	if err := prepareReportDir(d.cfg.Report); err != nil {
@@ -175,12 +185,12 @@ func (d *demo) run(ctx context.Context) (err error) {
 	d.sup = newSupervisor(filepath.Join(d.work, "logs"), d.cfg.PIDFile)
 	d.mu.Unlock()
 
-	bg, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
-	var background sync.WaitGroup
 	defer func() {
-		stopBackground()
-		background.Wait()
 		d.follows.Wait()
+		// What the cluster did, read while the API server still runs.
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		d.clusterSum = d.summarizeCluster(sctx)
+		cancel()
 		d.teardown()
 		if d.rec != nil {
 			if rerr := d.writeReport(err); rerr != nil {
@@ -209,18 +219,15 @@ func (d *demo) run(ctx context.Context) (err error) {
 	if err := checkPlan(d.plan, d.pool); err != nil {
 		return err
 	}
-	d.ready = d.pool.Replicas
+	d.replicas = d.pool.Replicas
 	d.sched = newSchedule(d.cfg.Duration, d.cfg.Grace, d.pool.Replicas)
 	if d.subnet, err = chooseSubnet(d.cfg.Subnet, d.pool, d.cfg.Seed); err != nil {
 		return err
 	}
-	d.ui.logf("pods get IPs on %s.0/24: model pods from .%d (port %d), dispatchers from .%d (data %d, admin %d)",
-		d.subnet, modelHost0, d.pool.ModelPort, dispatcherHost0, dataPort, d.pool.AdminPort)
 	if err := d.writeToken(); err != nil {
 		return err
 	}
-	d.kl = newKubelet(k, d.pool.Namespace)
-	if err := d.startModels(ctx); err != nil {
+	if err := d.startKwok(ctx); err != nil {
 		return err
 	}
 	if err := d.startDispatchers(ctx); err != nil {
@@ -229,8 +236,6 @@ func (d *demo) run(ctx context.Context) (err error) {
 	if err := d.startController(ctx); err != nil {
 		return err
 	}
-	background.Add(1)
-	go func() { defer background.Done(); d.kl.run(bg) }()
 	d.obs = newObserver(d.disps, d.token)
 	if err := d.waitSynced(ctx); err != nil {
 		return err
@@ -285,8 +290,10 @@ func (d *demo) removeWorkDir(runErr error) {
 	if d.work == "" {
 		return
 	}
-	if err := copyLogs(filepath.Join(d.work, "logs"), filepath.Join(d.cfg.Report, "logs")); err != nil {
-		d.ui.logf("could not copy the logs into the report: %v", err)
+	for _, dir := range []string{"logs", "cluster"} {
+		if err := copyLogs(filepath.Join(d.work, dir), filepath.Join(d.cfg.Report, "logs")); err != nil && !errors.Is(err, os.ErrNotExist) {
+			d.ui.logf("could not copy the logs into the report: %v", err)
+		}
 	}
 	if d.cfg.KeepWorkDir {
 		d.ui.logf("kept the work directory %s", d.work)
@@ -325,6 +332,7 @@ func (d *demo) apply(ctx context.Context) error {
 		{"wait", "--for=condition=Established", "--timeout=60s", "crd/modelpools.tiergate.dev", "crd/servicetiers.tiergate.dev", "crd/tenantquotas.tiergate.dev"},
 		{"apply", "-n", poolNamespace, "-f", filepath.Join(d.cfg.Root, "config", "samples")},
 		{"apply", "-n", poolNamespace, "-f", filepath.Join(d.cfg.Root, "hack", "demo", "manifests")},
+		{"apply", "-n", poolNamespace, "-k", filepath.Join(d.cfg.Root, "config", "dispatcher")},
 	}
 	for _, args := range steps {
 		out, err := d.k.kubectl(ctx, args...)
@@ -347,39 +355,34 @@ func relPaths(args []string, root string) []string {
 	return out
 }
 
-// chooseSubnet finds a loopback /24 whose demo addresses are all free.
+// chooseSubnet finds a loopback /24 whose every address has the model,
+// data and admin ports free: kwok may give a pod any of them.
 func chooseSubnet(want string, p *poolInfo, seed uint64) (string, error) {
 	candidates := []string{want}
 	if want == "auto" {
-		candidates = []string{"127.0.0"}
 		rng := mrand.New(mrand.NewPCG(seed, uint64(time.Now().UnixNano())))
 		for i := 0; i < 30; i++ {
-			candidates = append(candidates, fmt.Sprintf("127.0.%d", 1+rng.IntN(254)))
+			candidates = append(candidates, fmt.Sprintf("127.%d.%d", 1+rng.IntN(254), 1+rng.IntN(254)))
 		}
+		candidates = candidates[1:]
 	}
 	var last error
 	for _, c := range candidates {
-		var addrs []string
-		for i := 0; i < int(p.Replicas); i++ {
-			addrs = append(addrs, net.JoinHostPort(mustIP(c, modelHost0+i), strconv.Itoa(p.ModelPort)))
+		// One port at a time: 254 sockets open at once, not 762.
+		for _, port := range []int{p.ModelPort, dataPort, p.AdminPort} {
+			var addrs []string
+			for host := 1; host < 255; host++ {
+				addrs = append(addrs, net.JoinHostPort(fmt.Sprintf("%s.%d", c, host), strconv.Itoa(port)))
+			}
+			if last = canListen(addrs); last != nil {
+				break
+			}
 		}
-		for i := 0; i < dispatchers; i++ {
-			ip := mustIP(c, dispatcherHost0+i)
-			addrs = append(addrs, net.JoinHostPort(ip, strconv.Itoa(dataPort)), net.JoinHostPort(ip, strconv.Itoa(p.AdminPort)))
-		}
-		if last = canListen(addrs); last == nil {
+		if last == nil {
 			return c, nil
 		}
 	}
 	return "", fmt.Errorf("no loopback /24 with free addresses for the demo (last: %w)", last)
-}
-
-func mustIP(subnet string, host int) string {
-	ip, err := subnetIP(subnet, host)
-	if err != nil {
-		panic(err) // validated before
-	}
-	return ip
 }
 
 func canListen(addrs []string) error {
@@ -406,70 +409,6 @@ func (d *demo) writeToken() error {
 	}
 	d.token = hex.EncodeToString(b)
 	return os.WriteFile(filepath.Join(d.work, "push-token"), []byte(d.token+"\n"), 0o600)
-}
-
-// startModels starts one simserver per replica and creates its Pod; the
-// kubelet marks it Ready once /health answers. Then the Deployment's status
-// says all replicas are ready.
-func (d *demo) startModels(ctx context.Context) error {
-	p := d.pool
-	for i := 0; i < int(p.Replicas); i++ {
-		name := fmt.Sprintf("%s-%d", p.Deployment, i)
-		addr := net.JoinHostPort(mustIP(d.subnet, modelHost0+i), strconv.Itoa(p.ModelPort))
-		if _, err := d.sup.start(name, d.bin("simserver"), "--listen", addr, "--concurrency", strconv.Itoa(p.PerReplica),
-			"--service-time", d.cfg.ServiceTime, "--seed", strconv.FormatUint(d.cfg.Seed+uint64(i), 10)); err != nil {
-			return err
-		}
-		d.models = append(d.models, name)
-	}
-	for i, name := range d.models {
-		addr := net.JoinHostPort(mustIP(d.subnet, modelHost0+i), strconv.Itoa(p.ModelPort))
-		if err := d.waitHTTP(ctx, name, "http://"+addr+"/health"); err != nil {
-			return err
-		}
-		if err := d.k.createPod(ctx, p.Namespace, name, p.ModelLabels, mustIP(d.subnet, modelHost0+i)); err != nil {
-			return err
-		}
-		d.kl.add(name, "http://"+addr+"/health")
-	}
-	if err := d.kl.sync(ctx); err != nil {
-		return err
-	}
-	cmd, err := d.k.patchReadyReplicas(ctx, p, p.Replicas)
-	if err != nil {
-		return err
-	}
-	d.ui.logf("%d simserver replicas (a stand-in for vLLM: --concurrency %d --service-time %s) run as pods %s..%s; %s",
-		p.Replicas, p.PerReplica, d.cfg.ServiceTime, d.models[0], d.models[len(d.models)-1], cmd)
-	return nil
-}
-
-// startDispatchers starts the dispatcher processes and their Pods; the
-// kubelet marks a dispatcher Ready once its /readyz does (after its first
-// policy).
-func (d *demo) startDispatchers(ctx context.Context) error {
-	tokenFile := filepath.Join(d.work, "push-token")
-	for i := 0; i < dispatchers; i++ {
-		name := fmt.Sprintf("tiergate-dispatcher-%d", i)
-		ip := mustIP(d.subnet, dispatcherHost0+i)
-		ref := dispatcherRef{Name: name, Admin: net.JoinHostPort(ip, strconv.Itoa(d.pool.AdminPort)), Data: net.JoinHostPort(ip, strconv.Itoa(dataPort))}
-		if _, err := d.sup.start(name, d.bin("tiergate"), "dispatcher", "--listen", ref.Data, "--admin-listen", ref.Admin,
-			"--admin-token-file", tokenFile, "--drain-timeout", "5s", "--log-format", "text"); err != nil {
-			return err
-		}
-		d.disps = append(d.disps, ref)
-	}
-	for _, ref := range d.disps {
-		if err := d.waitHTTP(ctx, ref.Name, "http://"+ref.Admin+"/healthz"); err != nil {
-			return err
-		}
-		if err := d.k.createPod(ctx, d.pool.Namespace, ref.Name, d.pool.DispatcherLabels, strings.Split(ref.Admin, ":")[0]); err != nil {
-			return err
-		}
-		d.kl.add(ref.Name, "http://"+ref.Admin+"/readyz")
-	}
-	d.ui.logf("%d dispatchers (tiergate dispatcher) run as pods: data %s, admin %s", len(d.disps), d.disps[0].Data, d.disps[0].Admin)
-	return nil
 }
 
 func (d *demo) startController(ctx context.Context) error {
@@ -605,6 +544,9 @@ func (d *demo) teardown() {
 	for _, note := range sup.stopAll(10 * time.Second) {
 		d.ui.logf("%s", note)
 	}
+	if err := d.stopKwok(); err != nil {
+		d.ui.logf("stopping kwok, kube-scheduler and kube-controller-manager: %v", err)
+	}
 	if d.k != nil {
 		if err := d.k.stop(); err != nil {
 			d.ui.logf("stopping the control plane: %v", err)
@@ -654,6 +596,9 @@ func copyLogs(from, to string) error {
 		return err
 	}
 	for _, e := range entries {
+		if e.IsDir() || !strings.HasSuffix(e.Name(), ".log") {
+			continue
+		}
 		// Keep the last MiB of each log.
 		s := tail(filepath.Join(from, e.Name()), 1<<20)
 		if err := os.WriteFile(filepath.Join(to, e.Name()), []byte(s+"\n"), 0o644); err != nil {

@@ -20,11 +20,12 @@ func markdown(s *summary, kubectlGet string) string {
 	if s.Error != "" {
 		w("**The run failed:** `%s`\n\n", oneLine(s.Error))
 	}
-	w("Everything ran on this machine: a real etcd and kube-apiserver from `bin/k8s`, `tiergate controller` (leader election, push token), 2 `tiergate dispatcher` processes and %d simserver processes on %s. ", s.Replicas, s.Subnet)
+	w("Everything ran on this machine: a real etcd, kube-apiserver, kube-controller-manager and kube-scheduler from `bin/k8s`, kwok playing the pods on fake Nodes, `tiergate controller` (leader election, push token), 2 `tiergate dispatcher` processes on their pods' addresses and one simserver process behind the %d model pods' addresses on %s (see [The cluster that ran](#the-cluster-that-ran)). ", s.Replicas, s.Subnet)
 	w("The model server is **simserver, a stand-in for vLLM** (it streams placeholder tokens), with service time `%s`; pool %s has %d replicas × %d concurrent generations = %d slots and a client timeout of %s. ",
 		s.ServiceTime, s.Pool, s.Replicas, s.PerReplica, int(s.Replicas)*s.PerReplica, secondsD(s.ClientTimeout))
 	w("Waits are client-side unless marked server-side: the `X-Queue-Wait-Ms` header of each dispatched request. Every HTTP request counts, the openai-go client's retries included.\n\n")
 
+	b.WriteString(clusterMarkdown(s.Cluster))
 	w("## What the numbers show\n\n")
 	for _, f := range findings(s) {
 		w("- %s\n", f)
@@ -59,8 +60,18 @@ func markdown(s *summary, kubectlGet string) string {
 		w("None happened (the run ended first).\n")
 	}
 	for _, e := range s.ScaleEvents {
-		w("### %s: %d → %d ready replicas\n\n", clock(time.Duration(e.AtSeconds*float64(time.Second))), e.From, e.To)
-		w("Pods %s changed their Ready condition, then:\n\n```\n%s\n```\n\n", strings.Join(e.Pods, ", "), e.Command)
+		w("### %s: %d → %d replicas\n\n", clock(time.Duration(e.AtSeconds*float64(time.Second))), e.From, e.To)
+		w("The autoscaler wrote spec.replicas (%d afterwards, owned by %s):\n\n```\n%s\n```\n\n", e.SpecReplicas, joinOrNone(e.ReplicasOwners), e.Command)
+		verb := "created"
+		if e.To < e.From {
+			verb = "deleted"
+		}
+		w("The ReplicaSet controller %s pods %s. ", verb, joinOrNone(e.Pods))
+		if e.Ready {
+			w("The Deployment's status counted %d ready replicas %.2fs after the command.\n\n", e.To, e.ReadyAfterSeconds)
+		} else {
+			w("The Deployment's status did **not** count %d ready replicas within 30s.\n\n", e.To)
+		}
 		if e.Error != "" {
 			w("Error: `%s`\n\n", oneLine(e.Error))
 		}
@@ -68,7 +79,7 @@ func markdown(s *summary, kubectlGet string) string {
 			w("The dispatchers did **not** reach %d slots within 30s (they held %d).\n\n", int(e.To)*s.PerReplica, e.SlotsAfter)
 			continue
 		}
-		w("%.2fs later both dispatchers held the new policy: slots %d → %d.\n\n", e.FollowedAfterSeconds, e.SlotsBefore, e.SlotsAfter)
+		w("%.2fs after the command both dispatchers held the new policy: slots %d → %d.\n\n", e.FollowedAfterSeconds, e.SlotsBefore, e.SlotsAfter)
 		w("The dispatchers' numbers, summed (each holds half the pool, and a per-dispatcher limit is never below 1, so a sum can exceed the pool-wide limit the ServiceTier status shows):\n\n")
 		w("| tier | queue bound before | after | tenant concurrency limit before | after |\n|---|--:|--:|--:|--:|\n")
 		for _, t := range s.Tiers {
@@ -180,8 +191,8 @@ func findings(s *summary) []string {
 		if e.StatusFollowed {
 			st = " ServiceTier status showed the same numbers."
 		}
-		out = append(out, fmt.Sprintf("At %s the Deployment status went %d→%d ready replicas; %.2fs later the dispatchers held %d slots (was %d) and queue bounds %s.%s",
-			at, e.From, e.To, e.FollowedAfterSeconds, e.SlotsAfter, e.SlotsBefore, strings.Join(ch, ", "), st))
+		out = append(out, fmt.Sprintf("At %s `kubectl scale` took the Deployment from %d to %d replicas; its status counted them ready %.2fs later, and %.2fs after the command the dispatchers held %d slots (was %d) and queue bounds %s.%s",
+			at, e.From, e.To, e.ReadyAfterSeconds, e.FollowedAfterSeconds, e.SlotsAfter, e.SlotsBefore, strings.Join(ch, ", "), st))
 	}
 	// The bottom tier while scaled down.
 	if len(s.Tiers) > 0 && len(s.ScaleEvents) > 0 {

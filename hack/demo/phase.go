@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"sort"
 	"strings"
 	"time"
 
@@ -14,14 +15,26 @@ import (
 	"github.com/tiergate/tiergate/dispatcher"
 )
 
-// scaleEvent is one change of the pool's ready replicas and what the
-// dispatchers and the controller made of it.
+// scaleEvent is one write of the model Deployment's spec.replicas and
+// what the controllers, the dispatchers and the tiergate controller made
+// of it.
 type scaleEvent struct {
-	AtSeconds            float64        `json:"atSeconds"`
-	From                 int32          `json:"from"`
-	To                   int32          `json:"to"`
-	Pods                 []string       `json:"pods"`
-	Command              string         `json:"command"`
+	AtSeconds float64 `json:"atSeconds"`
+	From      int32   `json:"from"`
+	To        int32   `json:"to"`
+	// Command wrote spec.replicas; SpecReplicas is what the Deployment
+	// said it was right afterwards, and ReplicasOwners the field managers
+	// that owned it then.
+	Command        string   `json:"command"`
+	SpecReplicas   int32    `json:"specReplicas"`
+	ReplicasOwners []string `json:"replicasOwners"`
+	// Pods are those the ReplicaSet controller deleted (scale down) or
+	// created (scale up).
+	Pods []string `json:"pods"`
+	// ReadyAfterSeconds is when, after the command, the Deployment's
+	// status showed To ready replicas (Ready tells whether it did in 30s).
+	Ready                bool           `json:"ready"`
+	ReadyAfterSeconds    float64        `json:"readyAfterSeconds"`
 	SlotsBefore          int            `json:"slotsBefore"`
 	SlotsAfter           int            `json:"slotsAfter"`
 	BoundsBefore         map[string]int `json:"boundsBefore"`
@@ -102,9 +115,6 @@ loop:
 	d.ui.frame(renderTable(d.view()))
 	d.ui.setLive(false)
 	d.follows.Wait()
-	if n, err := d.kl.failures(); n > 0 {
-		d.ui.logf("the kubelet stand-in failed %d times to write pod conditions; last: %v", n, err)
-	}
 	if runErr == nil {
 		fs, err := d.k.final(fctx, d.pool)
 		if err != nil {
@@ -118,18 +128,20 @@ loop:
 // view assembles the table's data.
 func (d *demo) view() tableView {
 	s, ok := d.obs.latest()
+	ready, spec := d.readyNow()
 	return tableView{
 		Now: d.rec.since(), Load: d.sched.Load, Grace: d.sched.Grace,
-		Pool: d.pool.Namespace + "/" + d.pool.Name, Ready: d.ready, Replicas: d.pool.Replicas, PerReplica: d.pool.PerReplica,
+		Pool: d.pool.Namespace + "/" + d.pool.Name, Ready: ready, Replicas: spec, PerReplica: d.pool.PerReplica,
 		Sample: s, HaveSample: ok, Tiers: tierOrder(d.plan), Live: d.rec.live(waitWindow), Dispatchers: len(d.disps),
 		Events: d.ui.lastEvents(8), ServiceTime: d.cfg.ServiceTime, WaitWindow: waitWindow,
 	}
 }
 
-// scale plays the autoscaler: the pods that go away (or come back) change
-// their Ready condition first, then the Deployment's status says how many
-// replicas are ready. The dispatchers' bounds follow through the
-// controller, which follow() measures.
+// scale plays the autoscaler: it writes the Deployment's spec.replicas.
+// The ReplicaSet controller deletes or creates pods, kwok makes new ones
+// Ready a cold start later, the Deployment controller counts them, and the
+// dispatchers' bounds follow through the tiergate controller, which
+// follow() measures.
 func (d *demo) scale(ctx context.Context, step scaleStep) {
 	d.scaleOn(ctx, timeline{rec: d.rec, obs: d.obs, events: &d.events}, step)
 }
@@ -148,79 +160,89 @@ func (d *demo) scaleOn(ctx context.Context, tl timeline, step scaleStep) *scaleE
 	at := tl.rec.since()
 	before, _ := tl.obs.latest()
 	ev := &scaleEvent{
-		AtSeconds: at.Seconds(), From: d.ready, To: step.Replicas,
+		AtSeconds: at.Seconds(), From: d.replicas, To: step.Replicas,
 		SlotsBefore: before.Slots, BoundsBefore: bounds(before), TenantLimitsBefore: tenantLimits(before),
 	}
-	var verb string
-	if step.Replicas < d.ready {
-		ev.Pods, verb = d.models[step.Replicas:d.ready], "NotReady"
-		d.kl.setWant(ev.Pods, false)
-	} else {
-		ev.Pods, verb = d.models[d.ready:step.Replicas], "Ready"
-		d.kl.setWant(ev.Pods, true)
-	}
 	var errs []string
-	if err := d.kl.sync(ctx); err != nil {
+	pods, err := d.modelPods(ctx)
+	if err != nil {
 		errs = append(errs, err.Error())
 	}
-	cmd, err := d.k.patchReadyReplicas(ctx, d.pool, step.Replicas)
+	cmd, err := d.scaleDeployment(ctx, step.Replicas)
 	if err != nil {
 		errs = append(errs, err.Error())
 	}
 	ev.Command = cmd
+	if dep, err := d.deployment(ctx); err == nil && dep.Spec.Replicas != nil {
+		ev.SpecReplicas, ev.ReplicasOwners = *dep.Spec.Replicas, replicasOwners(dep.ManagedFields)
+	}
 	ev.Error = strings.Join(errs, "; ")
-	d.ui.event(at, "scale %d→%d: pods %s %s; %s", ev.From, ev.To, strings.Join(ev.Pods, ", "), verb, cmd)
+	d.ui.event(at, "scale %d→%d: %s", ev.From, ev.To, cmd)
 	if ev.Error != "" {
 		d.ui.event(at, "scale failed: %s", ev.Error)
 	}
-	d.ready = step.Replicas
+	d.replicas = step.Replicas
 	d.mu.Lock()
 	*tl.events = append(*tl.events, ev)
 	d.mu.Unlock()
 	d.follows.Add(1)
-	go func() { defer d.follows.Done(); d.follow(ctx, tl.rec, ev, at) }()
+	go func() { defer d.follows.Done(); d.follow(ctx, tl.rec, ev, at, deletingByName(pods)) }()
 	return ev
 }
 
-// follow measures how long the dispatchers take to hold the new pool's
-// slots, records their bounds then, and waits for the ServiceTier status
-// to show the same bounds.
-func (d *demo) follow(ctx context.Context, rec *recorder, ev *scaleEvent, at time.Duration) {
+// follow measures how long the Deployment takes to count To ready
+// replicas and the dispatchers to hold the new pool's slots, records
+// their bounds then and the pods the scale changed, and waits for the
+// ServiceTier status to show the same bounds.
+func (d *demo) follow(ctx context.Context, rec *recorder, ev *scaleEvent, at time.Duration, before map[string]bool) {
 	want := int(ev.To) * d.pool.PerReplica
 	deadline := time.Now().Add(30 * time.Second)
 	var after map[string]int
-	slots := 0
-	for time.Now().Before(deadline) && ctx.Err() == nil {
-		var ok bool
-		slots, after, ok = d.quickStats(ctx)
-		// At zero the policy to wait for is the held one: pods going
-		// NotReady before the Deployment's status may briefly leave the
-		// dispatchers with no backend, and so no slot, at the old bounds.
-		if ok && slots == want && (ev.To > 0 || d.holdingNow(ctx)) {
-			break
+	slots, readyAt, followedAt := 0, time.Duration(-1), time.Duration(-1)
+	for time.Now().Before(deadline) && ctx.Err() == nil && (readyAt < 0 || followedAt < 0) {
+		if readyAt < 0 {
+			if dep, err := d.deployment(ctx); err == nil && dep.Status.ReadyReplicas == ev.To && dep.Status.ObservedGeneration >= dep.Generation {
+				readyAt = rec.since() - at
+			}
+		}
+		if followedAt < 0 {
+			var ok bool
+			slots, after, ok = d.quickStats(ctx)
+			// At zero the policy to wait for is the held one.
+			if ok && slots == want && (ev.To > 0 || d.holdingNow(ctx)) {
+				followedAt = rec.since() - at
+			}
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	lag := rec.since() - at
 	limits := d.tenantLimitsNow(ctx)
+	changed := d.changedPods(ctx, before, ev.To < ev.From)
 	d.mu.Lock()
 	ev.SlotsAfter, ev.BoundsAfter, ev.TenantLimitsAfter = slots, after, limits
-	ev.Followed = slots == want
-	ev.FollowedAfterSeconds = lag.Seconds()
+	ev.Followed, ev.FollowedAfterSeconds = followedAt >= 0, followedAt.Seconds()
+	ev.Ready, ev.ReadyAfterSeconds = readyAt >= 0, readyAt.Seconds()
+	ev.Pods = changed
 	d.mu.Unlock()
-	order := tierOrder(d.plan)
-	if slots != want {
+	verb := "created"
+	if ev.To < ev.From {
+		verb = "deleted"
+	}
+	d.ui.event(rec.since(), "the ReplicaSet controller %s pods %s; readyReplicas %d %.2fs after the command", verb, joinOrNone(changed), ev.To, readyAt.Seconds())
+	if followedAt < 0 {
 		d.ui.event(rec.since(), "the dispatchers did not reach %d slots within 30s (they hold %d)", want, slots)
 		return
 	}
 	var changes []string
-	for _, t := range order {
+	for _, t := range tierOrder(d.plan) {
 		changes = append(changes, fmt.Sprintf("%s %d→%d", t, ev.BoundsBefore[t], after[t]))
 	}
-	d.ui.event(rec.since(), "bounds followed %.2fs after the patch: slots %d→%d; queue bounds %s", lag.Seconds(), ev.SlotsBefore, slots, strings.Join(changes, ", "))
+	d.ui.event(rec.since(), "bounds followed %.2fs after kubectl scale: slots %d→%d; queue bounds %s", followedAt.Seconds(), ev.SlotsBefore, slots, strings.Join(changes, ", "))
+	d.followStatus(ctx, ev, after, deadline)
+}
 
-	// The controller's status shows the same numbers (the pool-wide bound
-	// is the sum of the dispatchers' equal shares here).
+// followStatus waits until the controller's status shows the same numbers
+// (the pool-wide bound is the sum of the dispatchers' equal shares here).
+func (d *demo) followStatus(ctx context.Context, ev *scaleEvent, after map[string]int, deadline time.Time) {
 	for time.Now().Before(deadline) && ctx.Err() == nil {
 		if d.tierStatusMatches(ctx, after) || d.tierStatusIsPoolWide(ctx, ev.To) {
 			d.mu.Lock()
@@ -235,6 +257,35 @@ func (d *demo) follow(ctx context.Context, rec *recorder, ev *scaleEvent, at tim
 		ev.ServiceTiers = out
 		d.mu.Unlock()
 	}
+}
+
+// changedPods are the model pods a scale deleted (those live before, by
+// name to whether their deletion had begun, now terminating or gone) or
+// created (those not listed before at all).
+func (d *demo) changedPods(ctx context.Context, before map[string]bool, down bool) []string {
+	pods, err := d.modelPods(ctx)
+	if err != nil {
+		return nil
+	}
+	now := map[string]bool{}
+	var out []string
+	for _, p := range pods {
+		now[p.Name] = true
+		deleting, listed := before[p.Name]
+		switch {
+		case down && listed && !deleting && p.DeletionTimestamp != nil:
+			out = append(out, p.Name)
+		case !down && !listed:
+			out = append(out, p.Name)
+		}
+	}
+	for n, deleting := range before {
+		if down && !deleting && !now[n] {
+			out = append(out, n)
+		}
+	}
+	sort.Strings(out)
+	return out
 }
 
 // quickStats sums the dispatchers' slots and queue bounds.

@@ -60,6 +60,8 @@ type summary struct {
 	Zero *zeroSummary `json:"zero,omitempty"`
 	// Fair is the token-fairness phase, after the scale-from-zero one.
 	Fair *fairSummary `json:"fairness,omitempty"`
+	// Cluster is what ran around the API server and the pods it made.
+	Cluster *clusterSummary `json:"cluster,omitempty"`
 }
 
 // tierSummary is one tier, client-side (every HTTP request, openai-go
@@ -157,7 +159,7 @@ func (d *demo) summarize(runErr error) *summary {
 		LoadSeconds: d.sched.Load.Seconds(), GraceSeconds: d.sched.Grace.Seconds(), EndedSeconds: d.ended.Seconds(),
 		ServiceTime: d.cfg.ServiceTime, Subnet: d.subnet + ".0/24", Pool: d.pool.Namespace + "/" + d.pool.Name,
 		Replicas: d.pool.Replicas, PerReplica: d.pool.PerReplica, ClientTimeout: d.pool.ClientTimeout.Seconds(),
-		ScaleEvents: events, Processes: d.sup.count(),
+		ScaleEvents: events, Processes: d.sup.count(), Cluster: d.clusterSum,
 	}
 	if runErr != nil && !s.Interrupted {
 		s.Error = runErr.Error()

@@ -8,6 +8,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+
+	clusterutil "github.com/tiergate/tiergate/internal/testutil/cluster"
 )
 
 func sec(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
@@ -142,14 +144,30 @@ func TestMarkdownSections(t *testing.T) {
 		ServiceTime: "lognormal:6s,2s", Subnet: "127.0.0.0/24", Pool: "default/llm", Replicas: 6, PerReplica: 4, ClientTimeout: 30,
 		Tiers: []tierSummary{{Tier: "premium", Requests: 3, Served: 2, Refused: 1, RefusedByCause: map[string]int{"tenant_limit": 1},
 			ServerRefusedByCause: map[string]float64{"tenant_limit": 1}, Dispatched: 2, WaitP50: 0.1, WaitP95: 0.2, ServerWaitP50: math.NaN(), ServerWaitP95: math.NaN()}},
-		ScaleEvents: []scaleEvent{{AtSeconds: 10, From: 6, To: 3, Pods: []string{"llm-3"}, Command: "kubectl patch …", Followed: true, FollowedAfterSeconds: 0.3,
+		ScaleEvents: []scaleEvent{{AtSeconds: 10, From: 6, To: 3, Pods: []string{"llm-5d8f-a", "llm-5d8f-b"}, Command: "kubectl -n default scale deployment llm --replicas=3",
+			SpecReplicas: 3, ReplicasOwners: []string{"kubectl/scale"}, Ready: true, ReadyAfterSeconds: 0.2, Followed: true, FollowedAfterSeconds: 0.3,
 			SlotsBefore: 24, SlotsAfter: 12, BoundsBefore: map[string]int{"premium": 20}, BoundsAfter: map[string]int{"premium": 10}}},
 		OpenAI: openaiSummary{MinGapRatio: math.NaN()},
+		Cluster: &clusterSummary{
+			Components:  []clusterutil.ComponentInfo{{Name: "kwok", Binary: "/r/bin/k8s/kwok", Version: "kwok version v0.8.0", Pid: 42}},
+			Controllers: []string{"deployment-controller", "replicaset-controller"}, Nodes: []string{"kwok-node-0"}, PodCIDR: "127.9.9.0/24",
+			ColdStart: 3, Termination: 35, Simserver: "127.0.0.1:4000", SimserverConcurrency: 24,
+			ReplicasOwners: []string{"kubectl/scale"}, StatusWriters: []string{"kube-controller-manager"},
+			ModelPods: []podRecord{{Name: "llm-5d8f-a", Owner: "ReplicaSet/llm-5d8f", Node: "kwok-node-0", IP: "127.9.9.2", Created: -5, StatusWriters: []string{"kwok"}}},
+			Addresses: []addrRecord{{IP: "127.9.9.2", Pods: []string{"llm-5d8f-a"}, AddrStats: clusterutil.AddrStats{Accepted: 7, PeakOpen: 4, Received: 900}}},
+		},
 	}
 	md := markdown(s, "NAME …")
 	for _, want := range []string{
 		"# tiergate demo report", "## What the numbers show", "## Per tier", "| premium | 3 | 2 | 1 | tenant_limit 1 |",
-		"## Scale events", "### 00:10.0: 6 → 3 ready replicas", "| premium | 20 | 10 |", "0.30s later both dispatchers held the new policy: slots 24 → 12.",
+		"## Scale events", "### 00:10.0: 6 → 3 replicas", "| premium | 20 | 10 |", "0.30s after the command both dispatchers held the new policy: slots 24 → 12.",
+		"The autoscaler wrote spec.replicas (3 afterwards, owned by kubectl/scale):\n\n```\nkubectl -n default scale deployment llm --replicas=3\n```",
+		"The ReplicaSet controller deleted pods llm-5d8f-a, llm-5d8f-b. The Deployment's status counted 3 ready replicas 0.20s after the command.",
+		"At 00:10.0 `kubectl scale` took the Deployment from 6 to 3 replicas; its status counted them ready 0.20s later, and 0.30s after the command",
+		"## The cluster that ran", "| kwok | kwok version v0.8.0 | `/r/bin/k8s/kwok` | 42 |",
+		"kube-controller-manager ran the controllers deployment-controller, replicaset-controller. kwok ran 1 fake Nodes (kwok-node-0), gave pods addresses of 127.9.9.0/24",
+		"At the end the model Deployment's spec.replicas belonged to kubectl/scale and its status was written by kube-controller-manager.",
+		"| llm-5d8f-a | ReplicaSet/llm-5d8f | kwok-node-0 | 127.9.9.2 | -5.00s | – | – | kwok |", "| 127.9.9.2 | llm-5d8f-a | 7 | 4 | 900 |",
 		"![Queue wait per tier over time](queue-wait.png)", "![Refusals by cause over time](refusals.png)", "![Queue length and bound per tier over time](queue-and-bounds.png)",
 		"simserver, a stand-in for vLLM", "Client-side and server-side counts of 429 refusals agree for every tier.",
 	} {

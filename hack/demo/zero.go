@@ -17,34 +17,42 @@ import (
 )
 
 // The scale-from-zero phase runs after the main load, on the same
-// processes: the pool gets spec.coldStart, a lighter load starts, the pool
-// goes to 0 ready replicas while it continues (the dispatchers hold what
-// the bounds at zero allow and refuse the tiers that cannot wait at once),
-// the first replica is Ready a cold start later, and the rest follow.
+// processes: the pool gets spec.coldStart and kwok's Stage the same cold
+// start, a lighter load starts, `kubectl scale` takes the Deployment to 0
+// replicas while it continues (the dispatchers hold what the bounds at
+// zero allow and refuse the tiers that cannot wait at once), then to 1,
+// as an autoscaler that saw the demand would, whose pod is Ready a cold
+// start later, and then to all of them.
 
 // zeroColdStart is the pool's spec.coldStart in the phase: longer than
 // premium's tolerable wait (5s), so premium is refused at zero, and
 // shorter than standard's (20s), so standard and free are held.
 const zeroColdStart = 8 * time.Second
 
+// zeroReaction is how long after scaling to 0 the demo's autoscaler
+// scales to 1 (KEDA reacting to the held requests).
+const zeroReaction = 500 * time.Millisecond
+
 // zeroSchedule is when the phase's events happen, relative to its start.
 type zeroSchedule struct {
-	ZeroAt  time.Duration // 6 → 0 ready replicas
-	FirstAt time.Duration // 0 → 1: the first replica, a cold start later
+	ZeroAt  time.Duration // spec.replicas 6 → 0
+	UpAt    time.Duration // 0 → 1
+	FirstAt time.Duration // the first replica is due Ready, a cold start later
 	BackAt  time.Duration // 1 → 6
 	Load    time.Duration // load is offered in [0, Load)
 	Grace   time.Duration // then outstanding requests get this long
 }
 
-// newZeroSchedule sizes the phase to the demo's duration: about 25s of
-// load for the short demo, 50s for the 3-minute one; the cold start is
-// fixed.
+// newZeroSchedule sizes the phase to the demo's duration: about 28s of
+// load for the short demo, 59s for the 3-minute one; the cold start is
+// fixed, and the load lasts until the last pods are Ready and then some.
 func newZeroSchedule(main time.Duration) zeroSchedule {
 	clampD := func(d, lo, hi time.Duration) time.Duration { return min(max(d, lo), hi) }
 	z := zeroSchedule{ZeroAt: clampD(main/12, 3*time.Second, 15*time.Second)}
-	z.FirstAt = z.ZeroAt + zeroColdStart
+	z.UpAt = z.ZeroAt + zeroReaction
+	z.FirstAt = z.UpAt + zeroColdStart
 	z.BackAt = z.FirstAt + clampD(main/15, 4*time.Second, 12*time.Second)
-	z.Load = z.BackAt + clampD(main/12, 4*time.Second, 15*time.Second)
+	z.Load = z.BackAt + zeroColdStart + clampD(main/12, 4*time.Second, 15*time.Second)
 	z.Grace = 15 * time.Second
 	return z
 }
@@ -94,6 +102,12 @@ func (d *demo) zeroPhase(ctx context.Context) error {
 	if err := d.setColdStart(ctx, z); err != nil {
 		return err
 	}
+	stages := d.stages
+	stages.ColdStart = zeroColdStart
+	if err := d.kc.ApplyStages(ctx, stages); err != nil {
+		return err
+	}
+	d.ui.logf("kwok's Stage now makes pods Ready %s after they start", zeroColdStart)
 	z.started = time.Now()
 	z.rec = newRecorder(z.started, d.cfg.MaxRequests)
 	z.obs = newObserver(d.disps, d.token)
@@ -113,8 +127,8 @@ func (d *demo) zeroPhase(ctx context.Context) error {
 	obsDone := make(chan struct{})
 	go func() { defer close(obsDone); z.obs.run(obsCtx, d.cfg.Refresh) }()
 
-	d.ui.logf("scale-from-zero phase: load for %s; the pool goes to 0 replicas at %s, its first replica is Ready at %s (the cold start of %s later), all 6 at %s",
-		z.sched.Load, clock(z.sched.ZeroAt), clock(z.sched.FirstAt), zeroColdStart, clock(z.sched.BackAt))
+	d.ui.logf("scale-from-zero phase: load for %s; kubectl scale to 0 replicas at %s, to 1 at %s (Ready about %s, the cold start of %s later), to %d at %s",
+		z.sched.Load, clock(z.sched.ZeroAt), clock(z.sched.UpAt), clock(z.sched.FirstAt), zeroColdStart, d.pool.Replicas, clock(z.sched.BackAt))
 	d.ui.setLive(true)
 	runErr := d.zeroLoop(ctx, z, genDone, cancelReqs)
 	stopIssue()
@@ -137,7 +151,7 @@ func (d *demo) zeroPhase(ctx context.Context) error {
 // and its grace are over.
 func (d *demo) zeroLoop(ctx context.Context, z *zeroRun, genDone <-chan struct{}, cancelReqs func()) error {
 	tl := timeline{rec: z.rec, obs: z.obs, events: &z.events}
-	steps := []scaleStep{{At: z.sched.ZeroAt, Replicas: 0}, {At: z.sched.FirstAt, Replicas: 1}, {At: z.sched.BackAt, Replicas: d.pool.Replicas}}
+	steps := []scaleStep{{At: z.sched.ZeroAt, Replicas: 0}, {At: z.sched.UpAt, Replicas: 1}, {At: z.sched.BackAt, Replicas: d.pool.Replicas}}
 	tick := time.NewTicker(min(d.cfg.Refresh, 250*time.Millisecond))
 	defer tick.Stop()
 	lastFrame, next := time.Duration(0), 0
@@ -156,7 +170,8 @@ func (d *demo) zeroLoop(ctx context.Context, z *zeroRun, genDone <-chan struct{}
 			d.scaleOn(ctx, tl, steps[next])
 			next++
 		}
-		if next == 1 {
+		// Held from the scale to 0 until the first replica is Ready.
+		if next >= 1 && next < len(steps) {
 			d.watchHeld(ctx, z)
 		}
 		if now >= z.sched.Load+z.sched.Grace {
@@ -297,9 +312,10 @@ func (d *demo) dataTargets() []string {
 // zeroView is the live table during the phase.
 func (d *demo) zeroView(z *zeroRun) tableView {
 	s, ok := z.obs.latest()
+	ready, spec := d.readyNow()
 	return tableView{
 		Now: z.rec.since(), Load: z.sched.Load, Grace: z.sched.Grace, Phase: "scale from zero",
-		Pool: d.pool.Namespace + "/" + d.pool.Name, Ready: d.ready, Replicas: d.pool.Replicas, PerReplica: d.pool.PerReplica,
+		Pool: d.pool.Namespace + "/" + d.pool.Name, Ready: ready, Replicas: spec, PerReplica: d.pool.PerReplica,
 		Sample: s, HaveSample: ok, Tiers: tierOrder(z.plan), Live: z.rec.live(waitWindow), Dispatchers: len(d.disps),
 		Events: d.ui.lastEvents(8), ServiceTime: d.cfg.ServiceTime, WaitWindow: waitWindow,
 	}

@@ -32,6 +32,7 @@ type zeroSummary struct {
 	LoadSeconds      float64 `json:"loadSeconds"`
 	EndedSeconds     float64 `json:"endedSeconds"`
 	ZeroAtSeconds    float64 `json:"zeroAtSeconds"`
+	UpAtSeconds      float64 `json:"upAtSeconds"`
 	FirstAtSeconds   float64 `json:"firstReplicaAtSeconds"`
 	BackAtSeconds    float64 `json:"backAtSeconds"`
 	// HeldFrom and HeldTo are when the dispatchers held 0 slots: from the
@@ -97,7 +98,7 @@ func (d *demo) summarizeZero() *zeroSummary {
 	samples := z.obs.all()
 	s := &zeroSummary{
 		ColdStartSeconds: zeroColdStart.Seconds(), Command: z.command, LoadSeconds: z.sched.Load.Seconds(), EndedSeconds: z.ended.Seconds(),
-		ZeroAtSeconds: z.sched.ZeroAt.Seconds(), FirstAtSeconds: z.sched.FirstAt.Seconds(), BackAtSeconds: z.sched.BackAt.Seconds(),
+		ZeroAtSeconds: z.sched.ZeroAt.Seconds(), UpAtSeconds: z.sched.UpAt.Seconds(), FirstAtSeconds: z.sched.FirstAt.Seconds(), BackAtSeconds: z.sched.BackAt.Seconds(),
 		DesiredReplicas: z.desired, ServiceTiers: z.tiersAtZero,
 	}
 	d.mu.Lock()
@@ -370,8 +371,8 @@ func zeroMarkdown(z *zeroSummary) string {
 	w := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
 	w("\n## Scale from zero and back\n\n")
 	w("After the main load the demo gave the pool a cold start (`%s`) and offered a lighter load for %s. ", z.Command, secondsD(z.LoadSeconds))
-	w("At %s it took the pool to 0 ready replicas (every model pod NotReady, `readyReplicas` 0), ", secondsD(z.ZeroAtSeconds))
-	w("at %s, the cold start later, it brought the first replica back, and at %s all of them. ", secondsD(z.FirstAtSeconds), secondsD(z.BackAtSeconds))
+	w("At %s `kubectl scale` took the Deployment to 0 replicas (the ReplicaSet controller deleted every model pod), ", secondsD(z.ZeroAtSeconds))
+	w("at %s to 1, as an autoscaler seeing the held requests would, whose pod kwok made Ready the cold start later (due at %s), and at %s to all of them. ", secondsD(z.UpAtSeconds), secondsD(z.FirstAtSeconds), secondsD(z.BackAtSeconds))
 	w("The dispatchers held the policy at zero (0 slots) from %s to %s; times are since the phase's load started.\n\n", secondsD(z.HeldFromSeconds), secondsD(z.HeldToSeconds))
 	w("- **Held:** %d requests were admitted while the pool had no replica (at most %d at once); **%d were served** after the first replica came.\n", z.Held, z.PeakHeld, z.Served)
 	w("- **Refused at once:** %d requests got an immediate answer while held.\n", z.Refused)

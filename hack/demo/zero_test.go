@@ -12,12 +12,16 @@ func TestZeroScheduleFollowsTheDuration(t *testing.T) {
 		main time.Duration
 		want zeroSchedule
 	}{
-		// The short demo: the floors.
-		"30s": {main: 30 * time.Second, want: zeroSchedule{ZeroAt: 3 * time.Second, FirstAt: 11 * time.Second, BackAt: 15 * time.Second, Load: 19 * time.Second, Grace: 15 * time.Second}},
+		// The short demo: the floors; the load lasts a cold start past the
+		// scale to 6, while those pods start, and 4s more.
+		"30s": {main: 30 * time.Second, want: zeroSchedule{ZeroAt: 3 * time.Second, UpAt: 3500 * time.Millisecond, FirstAt: 11500 * time.Millisecond,
+			BackAt: 15500 * time.Millisecond, Load: 27500 * time.Millisecond, Grace: 15 * time.Second}},
 		// The 3-minute demo: 15s lead, 12s on one replica, 15s back at 6.
-		"3m": {main: 3 * time.Minute, want: zeroSchedule{ZeroAt: 15 * time.Second, FirstAt: 23 * time.Second, BackAt: 35 * time.Second, Load: 50 * time.Second, Grace: 15 * time.Second}},
+		"3m": {main: 3 * time.Minute, want: zeroSchedule{ZeroAt: 15 * time.Second, UpAt: 15500 * time.Millisecond, FirstAt: 23500 * time.Millisecond,
+			BackAt: 35500 * time.Millisecond, Load: 58500 * time.Millisecond, Grace: 15 * time.Second}},
 		// An hour: the ceilings.
-		"1h": {main: time.Hour, want: zeroSchedule{ZeroAt: 15 * time.Second, FirstAt: 23 * time.Second, BackAt: 35 * time.Second, Load: 50 * time.Second, Grace: 15 * time.Second}},
+		"1h": {main: time.Hour, want: zeroSchedule{ZeroAt: 15 * time.Second, UpAt: 15500 * time.Millisecond, FirstAt: 23500 * time.Millisecond,
+			BackAt: 35500 * time.Millisecond, Load: 58500 * time.Millisecond, Grace: 15 * time.Second}},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -25,8 +29,9 @@ func TestZeroScheduleFollowsTheDuration(t *testing.T) {
 			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("(-want +got):\n%s", diff)
 			}
-			if got.FirstAt-got.ZeroAt != zeroColdStart {
-				t.Errorf("the first replica comes %s after zero, want the cold start %s", got.FirstAt-got.ZeroAt, zeroColdStart)
+			if got.FirstAt-got.UpAt != zeroColdStart || got.UpAt-got.ZeroAt != zeroReaction {
+				t.Errorf("scale to 1 %s after zero, the first replica due %s after that; want %s and the cold start %s",
+					got.UpAt-got.ZeroAt, got.FirstAt-got.UpAt, zeroReaction, zeroColdStart)
 			}
 		})
 	}
