@@ -39,7 +39,7 @@ func startComponent(name, dir, bin string, env []string, args ...string) (*Compo
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.Env = append(os.Environ(), env...)
 	// A group of its own, so Stop reaches whatever it forks too.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.SysProcAttr = componentAttr()
 	if err := cmd.Start(); err != nil {
 		f.Close()
 		return nil, fmt.Errorf("starting %s: %w", name, err)
