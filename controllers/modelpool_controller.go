@@ -131,14 +131,7 @@ func (r *PoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 
 	// Tier and quota status after the push has started: it is for people,
 	// the push is for traffic.
-	if err := r.writeTierStatus(ctx, &pool, obs, c.bounds, stamp); err != nil {
-		return ctrl.Result{}, err
-	}
-	if r.quotaStatus != nil {
-		r.quotaStatus.submit(req.NamespacedName, func(ctx context.Context) error {
-			return r.writeQuotaStatus(ctx, &pool, obs, c.bounds, stamp)
-		})
-	} else if err := r.writeQuotaStatus(ctx, &pool, obs, c.bounds, stamp); err != nil {
+	if err := r.submitStatus(ctx, &pool, obs, c.bounds, stamp, &mem.status); err != nil {
 		return ctrl.Result{}, err
 	}
 	return mem.requeue(now, period), nil
@@ -255,7 +248,7 @@ func (r *PoolReconciler) forget(ctx context.Context, key types.NamespacedName, s
 	orphans := func(ctx context.Context) error { return r.orphanQuotas(ctx, key.Namespace, tiers.Items, stamp) }
 	if r.quotaStatus != nil {
 		// After, and instead of, any batch of the pool still pending.
-		r.quotaStatus.submit(key, orphans)
+		r.quotaStatus.submit(key, statusBatch{write: orphans, settled: true})
 		return nil
 	}
 	return orphans(ctx)

@@ -70,6 +70,9 @@ func patchStatus[S any](ctx context.Context, c client.Client, obj client.Object,
 func (r *PoolReconciler) writePoolStatus(ctx context.Context, pool *v1alpha1.ModelPool, st v1alpha1.ModelPoolStatus, c computed, mem *statusMemory) error {
 	old := *pool.Status.DeepCopy()
 	readAt := pool.ResourceVersion
+	if !mem.reported.set && old.ObservedGeneration != 0 {
+		mem.reported = markOf(old) // a restarted controller reports from here
+	}
 	wrote, err := patchStatus(ctx, r.Client, pool, &pool.Status, st, optimisticLock)
 	if err != nil || !wrote {
 		return err
@@ -113,6 +116,9 @@ type statusMemory struct {
 	superseded map[string]bool
 	// written is the pool the last write returned.
 	written *v1alpha1.ModelPool
+	// reported is the pool's scale as the last ScaledPool event (or the
+	// first status seen) gave it.
+	reported scaleMark
 }
 
 // wrote records a status write from the pool read at readAt, which
@@ -179,10 +185,6 @@ func (r *PoolReconciler) poolEvents(pool *v1alpha1.ModelPool, old, cur v1alpha1.
 // changeEvents records the Normal events of values that changed in a
 // status written before; the first write is no change.
 func (r *PoolReconciler) changeEvents(pool *v1alpha1.ModelPool, old, cur v1alpha1.ModelPoolStatus, c computed) {
-	if old.PoolConcurrency != cur.PoolConcurrency && old.ObservedGeneration != 0 {
-		r.Recorder.Eventf(pool, nil, corev1.EventTypeNormal, "ScaledPool", "ComputeBounds",
-			"pool concurrency %d→%d (%d→%d ready replicas)", old.PoolConcurrency, cur.PoolConcurrency, old.ReadyReplicas, cur.ReadyReplicas)
-	}
 	if old.DesiredReplicas != cur.DesiredReplicas && old.ObservedGeneration != 0 {
 		r.Recorder.Eventf(pool, nil, corev1.EventTypeNormal, "DesiredReplicas", "ComputeDemand",
 			"desired replicas %d→%d: %s requests/s offered, %d queued or held", old.DesiredReplicas, cur.DesiredReplicas, c.demand.OfferedLoadString, c.demand.Queued)
@@ -285,4 +287,33 @@ func inParallel(n int, f func(i int) error) error {
 	}
 	wg.Wait()
 	return errors.Join(errs...)
+}
+
+// scaleMark is a pool's scale as a ScaledPool event states it.
+type scaleMark struct {
+	concurrency, ready int32
+	set                bool
+}
+
+func markOf(st v1alpha1.ModelPoolStatus) scaleMark {
+	return scaleMark{concurrency: st.PoolConcurrency, ready: st.ReadyReplicas, set: true}
+}
+
+// scaledPool records a ScaledPool event when a settled pool's concurrency
+// differs from the one last reported: one event per change of scale, not
+// one per policy version on the way (a scale-up of 500 pods goes through
+// dozens). The first status seen is no change.
+func (r *PoolReconciler) scaledPool(pool *v1alpha1.ModelPool, moving bool, mem *statusMemory) {
+	cur := markOf(pool.Status)
+	switch {
+	case !mem.reported.set:
+		mem.reported = cur
+	case moving || cur.concurrency == mem.reported.concurrency:
+	default:
+		if r.Recorder != nil {
+			r.Recorder.Eventf(pool, nil, corev1.EventTypeNormal, "ScaledPool", "ComputeBounds",
+				"pool concurrency %d→%d (%d→%d ready replicas)", mem.reported.concurrency, cur.concurrency, mem.reported.ready, cur.ready)
+		}
+		mem.reported = cur
+	}
 }
