@@ -25,6 +25,11 @@ type config struct {
 	ControllerQPS int
 	// Out, when set, is where the figures are written as JSON.
 	Out string
+	// Profile, when set, is a directory that gets a CPU profile of the
+	// controller for each change (cpu-<n>-<from>-<to>.pprof), taken over
+	// ProfileFor from just before `kubectl scale`.
+	Profile    string
+	ProfileFor time.Duration
 }
 
 func configFromEnv(t *testing.T) config {
@@ -34,6 +39,10 @@ func configFromEnv(t *testing.T) config {
 		Quotas: envInt(t, "SCALE_QUOTAS", 200), Rounds: envInt(t, "SCALE_ROUNDS", 3), Nodes: envInt(t, "SCALE_NODES", 10),
 		ColdStart: envDuration(t, "SCALE_COLD_START", 2*time.Second), TerminationDelay: envDuration(t, "SCALE_TERMINATION_DELAY", time.Second),
 		Quiet: envDuration(t, "SCALE_QUIET", 3*time.Second), PodCIDR: randomPodCIDR(), ControllerQPS: envInt(t, "SCALE_CONTROLLER_QPS", 0), Out: os.Getenv("SCALE_OUT"),
+		Profile: os.Getenv("SCALE_PROFILE"), ProfileFor: envDuration(t, "SCALE_PROFILE_FOR", 20*time.Second),
+	}
+	if c.ProfileFor < time.Second {
+		t.Fatalf("SCALE_PROFILE_FOR %s must be at least 1s", c.ProfileFor)
 	}
 	if c.Pods < 2 || c.Dispatchers < 1 || c.Quotas < 0 || c.Rounds < 1 || c.Nodes < 1 || c.ControllerQPS < 0 {
 		t.Fatalf("SCALE_PODS %d (>= 2), SCALE_DISPATCHERS %d (>= 1), SCALE_QUOTAS %d (>= 0), SCALE_ROUNDS %d and SCALE_NODES %d (>= 1)",
@@ -93,7 +102,7 @@ func TestClusterScale(t *testing.T) {
 	var changes []change
 	for range cfg.Rounds {
 		for _, n := range []int{cfg.Pods / 2, cfg.Pods} {
-			c := b.scale(t, n)
+			c := b.scale(t, n, len(changes))
 			t.Logf("%s", c.line())
 			changes = append(changes, c)
 		}
@@ -120,14 +129,19 @@ func loadAverage() string {
 	return strings.Join(f[:3], " ")
 }
 
-// scale runs `kubectl scale` to n and waits for the change to end.
-func (b *bench) scale(t *testing.T, n int) change {
+// scale runs `kubectl scale` to n and waits for the change to end; the
+// i-th change is profiled when cfg.Profile says so.
+func (b *bench) scale(t *testing.T, n, i int) change {
 	t.Helper()
 	before := b.sample(t)
 	c := change{From: b.current, To: n, Start: time.Now()}
+	profiled := b.profile(t, fmt.Sprintf("cpu-%d-%d-%d.pprof", i, c.From, n))
 	b.kubectl.Must(t, "scale", "-n", ns, "deployment/llm", "--replicas="+strconv.Itoa(n))
 	c = b.awaitChange(t, c, 5*time.Minute)
 	c.measure(b, before, b.sample(t))
+	if err := <-profiled; err != nil {
+		t.Errorf("profiling the controller: %v", err)
+	}
 	return c
 }
 

@@ -48,6 +48,7 @@ type bench struct {
 
 	ctrl        *testutil.Process
 	ctrlMetrics string
+	ctrlPprof   string // "" unless cfg.Profile
 	ds          []*testutil.Dispatcher
 	pool        *poolWatch
 	rss         *rssPeak
@@ -240,6 +241,10 @@ func (b *bench) startController(t *testing.T, bin, token, dir string) {
 	}
 	if q := b.cfg.ControllerQPS; q > 0 {
 		args = append(args, "--kube-api-qps", strconv.Itoa(q), "--kube-api-burst", strconv.Itoa(2*q))
+	}
+	if b.cfg.Profile != "" {
+		b.ctrlPprof = testutil.FreeAddr(t, "127.0.0.1")
+		args = append(args, "--pprof-bind-address", b.ctrlPprof)
 	}
 	cmd := exec.Command(bin, args...)
 	b.ctrl = testutil.StartT(t, cmd, testutil.Options{Name: "tiergate controller", Grace: 10 * time.Second, LogBytes: 20000})
