@@ -64,8 +64,9 @@ func (p pendingBatch) due() time.Time {
 // (docs/benchmarks.md, cluster scale). Here a reconcile hands over its
 // pool's batch and goes on; the batch is written once the change is over
 // (see pendingBatch.due), so each quota is written about once a change. One
-// worker writes the batches in turn; a batch replaced before it began is
-// never written.
+// worker writes the batches in turn, at its own pace (statuspace.go), so
+// that it leaves the client's rate limit to the pushes; a batch replaced
+// before it began is never written.
 //
 // It is a manager Runnable that runs only on the leader. A batch that
 // fails is logged and not retried: the pool's next reconcile (at the
@@ -78,12 +79,16 @@ type statusBatches struct {
 	clk  clock.WithTicker
 	kick chan struct{}
 
+	// pace spaces the batches' writes (statuspace.go).
+	pace *pacer
+
 	mu      sync.Mutex
 	pending map[types.NamespacedName]pendingBatch
 }
 
 func newStatusBatches(log logr.Logger, clk clock.WithTicker) *statusBatches {
-	return &statusBatches{log: log, clk: clk, kick: make(chan struct{}, 1), pending: map[types.NamespacedName]pendingBatch{}}
+	return &statusBatches{log: log, clk: clk, kick: make(chan struct{}, 1), pace: newPacer(clk, statusWriteEvery, statusBurst),
+		pending: map[types.NamespacedName]pendingBatch{}}
 }
 
 // submit replaces pool's pending batch by b. It never blocks.
@@ -164,15 +169,21 @@ func (b *statusBatches) NeedLeaderElection() bool { return true }
 func (r *PoolReconciler) submitStatus(ctx context.Context, pool *v1alpha1.ModelPool, obs *observed, bounds capacity.Bounds, stamp metav1.Time, mem *statusMemory) error {
 	moving := replicasMoving(obs.deployment, len(obs.backends))
 	r.scaledPool(pool, moving, mem)
-	tiers := func(ctx context.Context) error { return r.writeTierStatus(ctx, pool, obs, bounds, stamp) }
-	quotas := func(ctx context.Context) error { return r.writeQuotaStatus(ctx, pool, obs, bounds, stamp) }
+	var pace *pacer
+	if r.quotaStatus != nil {
+		pace = r.quotaStatus.pace
+	}
+	tiers := func(ctx context.Context, pace *pacer) error {
+		return r.writeTierStatus(ctx, pool, obs, bounds, stamp, pace)
+	}
+	quotas := func(ctx context.Context) error { return r.writeQuotaStatus(ctx, pool, obs, bounds, stamp, pace) }
 	if r.quotaStatus != nil && moving {
 		r.quotaStatus.submit(client.ObjectKeyFromObject(pool), statusBatch{write: func(ctx context.Context) error {
-			return errors.Join(tiers(ctx), quotas(ctx))
+			return errors.Join(tiers(ctx, pace), quotas(ctx))
 		}})
 		return nil
 	}
-	if err := tiers(ctx); err != nil {
+	if err := tiers(ctx, nil); err != nil {
 		return err
 	}
 	if r.quotaStatus == nil {

@@ -214,8 +214,8 @@ var eventAction = map[string]string{
 }
 
 // writeTierStatus writes each tier's status where it changed; a tier
-// deleted meanwhile is skipped.
-func (r *PoolReconciler) writeTierStatus(ctx context.Context, pool *v1alpha1.ModelPool, obs *observed, bounds capacity.Bounds, stamp metav1.Time) error {
+// deleted meanwhile is skipped. Each write waits for pace, when not nil.
+func (r *PoolReconciler) writeTierStatus(ctx context.Context, pool *v1alpha1.ModelPool, obs *observed, bounds capacity.Bounds, stamp metav1.Time, pace *pacer) error {
 	byName := map[string]capacity.TierBounds{}
 	for _, tb := range bounds.Tiers {
 		byName[tb.Name] = tb
@@ -227,6 +227,9 @@ func (r *PoolReconciler) writeTierStatus(ctx context.Context, pool *v1alpha1.Mod
 	err := inParallel(len(obs.tiers), func(i int) error {
 		t := &obs.tiers[i]
 		st := desiredTierStatus(t.Status, t.Generation, byName[t.Name], bounds.Pool, stamp)
+		if err := pace.before(ctx, t.Status, st); err != nil {
+			return err
+		}
 		_, err := patchStatus(ctx, r.Client, t, &t.Status, st, lastWriteWins)
 		return client.IgnoreNotFound(err)
 	})
@@ -240,8 +243,8 @@ func (r *PoolReconciler) writeTierStatus(ctx context.Context, pool *v1alpha1.Mod
 }
 
 // writeQuotaStatus writes each quota's status where it changed; a quota
-// deleted meanwhile is skipped.
-func (r *PoolReconciler) writeQuotaStatus(ctx context.Context, pool *v1alpha1.ModelPool, obs *observed, bounds capacity.Bounds, stamp metav1.Time) error {
+// deleted meanwhile is skipped. Each write waits for pace, when not nil.
+func (r *PoolReconciler) writeQuotaStatus(ctx context.Context, pool *v1alpha1.ModelPool, obs *observed, bounds capacity.Bounds, stamp metav1.Time, pace *pacer) error {
 	byQuota := map[string]capacity.TenantBounds{}
 	for _, tb := range bounds.Tenants {
 		byQuota[tb.QuotaName] = tb
@@ -261,6 +264,9 @@ func (r *PoolReconciler) writeQuotaStatus(ctx context.Context, pool *v1alpha1.Mo
 			OwnLimits:        q.Spec.Limits,
 			SharedState:      pool.Spec.SharedState,
 		}, stamp)
+		if err := pace.before(ctx, q.Status, st); err != nil {
+			return err
+		}
 		_, err := patchStatus(ctx, r.Client, q, &q.Status, st, lastWriteWins)
 		return client.IgnoreNotFound(err)
 	})

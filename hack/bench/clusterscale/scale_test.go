@@ -30,6 +30,9 @@ type config struct {
 	// ProfileFor from just before `kubectl scale`.
 	Profile    string
 	ProfileFor time.Duration
+	// ControllerLog, when set, is a file that gets the controller's whole
+	// log, run at --zap-log-level=debug (its V(1) lines time each reconcile).
+	ControllerLog string
 }
 
 func configFromEnv(t *testing.T) config {
@@ -40,6 +43,7 @@ func configFromEnv(t *testing.T) config {
 		ColdStart: envDuration(t, "SCALE_COLD_START", 2*time.Second), TerminationDelay: envDuration(t, "SCALE_TERMINATION_DELAY", time.Second),
 		Quiet: envDuration(t, "SCALE_QUIET", 3*time.Second), PodCIDR: randomPodCIDR(), ControllerQPS: envInt(t, "SCALE_CONTROLLER_QPS", 0), Out: os.Getenv("SCALE_OUT"),
 		Profile: os.Getenv("SCALE_PROFILE"), ProfileFor: envDuration(t, "SCALE_PROFILE_FOR", 20*time.Second),
+		ControllerLog: os.Getenv("SCALE_CONTROLLER_LOG"),
 	}
 	if c.ProfileFor < time.Second {
 		t.Fatalf("SCALE_PROFILE_FOR %s must be at least 1s", c.ProfileFor)

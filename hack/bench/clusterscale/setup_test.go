@@ -246,8 +246,18 @@ func (b *bench) startController(t *testing.T, bin, token, dir string) {
 		b.ctrlPprof = testutil.FreeAddr(t, "127.0.0.1")
 		args = append(args, "--pprof-bind-address", b.ctrlPprof)
 	}
+	if b.cfg.ControllerLog != "" {
+		args = append(args, "--zap-log-level=debug")
+	}
 	cmd := exec.Command(bin, args...)
 	b.ctrl = testutil.StartT(t, cmd, testutil.Options{Name: "tiergate controller", Grace: 10 * time.Second, LogBytes: 20000})
+	if path := b.cfg.ControllerLog; path != "" {
+		t.Cleanup(func() {
+			if err := os.WriteFile(path, []byte(b.ctrl.Output()), 0o644); err != nil {
+				t.Errorf("writing the controller's log: %v", err)
+			}
+		})
+	}
 	testutil.WaitHTTP(t, b.ctrl, "http://"+probe+"/readyz", http.StatusOK, 30*time.Second)
 	b.rss = sampleRSS(t, b.ctrl.Pid(), 100*time.Millisecond)
 }
