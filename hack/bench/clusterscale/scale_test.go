@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tiergate/tiergate/internal/testutil"
 )
 
 // EnableEnv runs TestClusterScale when set to 1; `make bench-cluster`
@@ -223,7 +225,10 @@ func (b *bench) awaitChange(t *testing.T, c change, timeout time.Duration) chang
 	if err != nil {
 		t.Fatalf("the scale %d -> %d did not end within %s: %v (%s)\n%s", c.From, c.To, timeout, err, why, b.kc.Logs(20))
 	}
-	c.End = b.awaitQuiet(t, c)
+	b.awaitQuiet(t, c)
+	// The statuses for people follow the policy (a quiet second, at a
+	// paced 20 writes a second): they belong to this change, not the next.
+	c.End = b.awaitWritesQuiet(t)
 	b.current = c.To
 	return c
 }
@@ -241,9 +246,9 @@ func poll(timeout, period time.Duration, f func() error) error {
 	}
 }
 
-// awaitQuiet waits until no dispatcher applied a policy for c.Quiet and
-// returns when that quiet began (at most a minute on).
-func (b *bench) awaitQuiet(t *testing.T, c change) time.Time {
+// awaitQuiet waits until no dispatcher applied a policy for c.Quiet (at
+// most a minute on).
+func (b *bench) awaitQuiet(t *testing.T, c change) {
 	t.Helper()
 	deadline := time.Now().Add(time.Minute)
 	for {
@@ -254,8 +259,26 @@ func (b *bench) awaitQuiet(t *testing.T, c change) time.Time {
 			}
 		}
 		if time.Since(last) >= b.cfg.Quiet || time.Now().After(deadline) {
-			return time.Now()
+			return
 		}
 		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// awaitWritesQuiet waits until the controller has made no write for
+// cfg.Quiet by its own counter (at most two minutes on), and returns then.
+func (b *bench) awaitWritesQuiet(t *testing.T) time.Time {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	last, since := -1, time.Now()
+	for {
+		_, w := RESTClientRequests(testutil.Scrape(t, "http://"+b.ctrlMetrics+"/metrics"))
+		if w != last {
+			last, since = w, time.Now()
+		}
+		if time.Since(since) >= b.cfg.Quiet || time.Now().After(deadline) {
+			return time.Now()
+		}
+		time.Sleep(250 * time.Millisecond)
 	}
 }

@@ -247,7 +247,7 @@ func (b *bench) startController(t *testing.T, bin, token, dir string) {
 		args = append(args, "--pprof-bind-address", b.ctrlPprof)
 	}
 	if b.cfg.ControllerLog != "" {
-		args = append(args, "--zap-log-level=debug")
+		args = append(args, "--zap-log-level=debug", "--zap-time-encoding=rfc3339nano")
 	}
 	cmd := exec.Command(bin, args...)
 	b.ctrl = testutil.StartT(t, cmd, testutil.Options{Name: "tiergate controller", Grace: 10 * time.Second, LogBytes: 20000})
