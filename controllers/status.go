@@ -453,9 +453,11 @@ func slotlessDispatchers(v poolView) (bool, string, string) {
 // Ready, so the statuses for people wait for the change to settle
 // (statusBatches). A Deployment whose own status lags its pods' (it still
 // counts pods whose deletion began) is moving until its status catches
-// up. No Deployment is settled: nothing is coming.
+// up. No Deployment is settled: nothing is coming. A pool at zero is
+// settled too: what it holds for its first replica is what people wait
+// to see, and the statuses stay put until that replica is Ready.
 func replicasMoving(dep *appsv1.Deployment, backends int) bool {
-	if dep == nil {
+	if dep == nil || backends == 0 {
 		return false
 	}
 	want := int32(1)

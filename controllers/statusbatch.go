@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
@@ -29,10 +30,14 @@ const (
 )
 
 // statusBatch is one pool's statuses to write: write does it, settled
-// says whether the pool's replicas had settled when it was computed.
+// says whether the pool's replicas had settled when it was computed, and
+// content is what it writes. A batch whose content and settledness equal
+// the pending one's does not restart the quiet period: resyncs and acks
+// reconcile a pool every few hundred milliseconds without a change.
 type statusBatch struct {
 	write   func(context.Context) error
 	settled bool
+	content any
 }
 
 // pendingBatch is one pool's latest batch and when it may be written.
@@ -96,10 +101,13 @@ func (b *statusBatches) submit(pool types.NamespacedName, batch statusBatch) {
 	now := b.clk.Now()
 	b.mu.Lock()
 	p, ok := b.pending[pool]
-	if !ok {
-		p.first = now
+	switch {
+	case !ok:
+		p.first, p.last = now, now
+	case p.settled != batch.settled || !equality.Semantic.DeepEqual(p.content, batch.content):
+		p.last = now
 	}
-	p.statusBatch, p.last = batch, now
+	p.statusBatch = batch
 	b.pending[pool] = p
 	b.mu.Unlock()
 	select {
@@ -169,26 +177,25 @@ func (b *statusBatches) NeedLeaderElection() bool { return true }
 func (r *PoolReconciler) submitStatus(ctx context.Context, pool *v1alpha1.ModelPool, obs *observed, bounds capacity.Bounds, stamp metav1.Time, mem *statusMemory) error {
 	moving := replicasMoving(obs.deployment, len(obs.backends))
 	r.scaledPool(pool, moving, mem)
-	var pace *pacer
-	if r.quotaStatus != nil {
-		pace = r.quotaStatus.pace
+	tiers, quotas := tierWants(obs, bounds, stamp), quotaWants(pool, obs, bounds, stamp)
+	if r.quotaStatus == nil {
+		if err := r.writeTierStatus(ctx, pool, obs, tiers, bounds, nil); err != nil {
+			return err
+		}
+		return r.writeQuotaStatus(ctx, obs, quotas, nil)
 	}
-	tiers := func(ctx context.Context, pace *pacer) error {
-		return r.writeTierStatus(ctx, pool, obs, bounds, stamp, pace)
-	}
-	quotas := func(ctx context.Context) error { return r.writeQuotaStatus(ctx, pool, obs, bounds, stamp, pace) }
-	if r.quotaStatus != nil && moving {
-		r.quotaStatus.submit(client.ObjectKeyFromObject(pool), statusBatch{write: func(ctx context.Context) error {
-			return errors.Join(tiers(ctx, pace), quotas(ctx))
+	key, pace := client.ObjectKeyFromObject(pool), r.quotaStatus.pace
+	if moving {
+		r.quotaStatus.submit(key, statusBatch{content: [2]any{tiers, quotas}, write: func(ctx context.Context) error {
+			return errors.Join(r.writeTierStatus(ctx, pool, obs, tiers, bounds, pace), r.writeQuotaStatus(ctx, obs, quotas, pace))
 		}})
 		return nil
 	}
-	if err := tiers(ctx, nil); err != nil {
+	if err := r.writeTierStatus(ctx, pool, obs, tiers, bounds, nil); err != nil {
 		return err
 	}
-	if r.quotaStatus == nil {
-		return quotas(ctx)
-	}
-	r.quotaStatus.submit(client.ObjectKeyFromObject(pool), statusBatch{write: quotas, settled: true})
+	r.quotaStatus.submit(key, statusBatch{settled: true, content: quotas, write: func(ctx context.Context) error {
+		return r.writeQuotaStatus(ctx, obs, quotas, pace)
+	}})
 	return nil
 }

@@ -16,7 +16,8 @@ import (
 
 // TestStatusBatches: the worker writes a settled pool's latest batch once
 // the pool has been quiet for statusQuiet, a moving pool's once it has
-// been quiet for movingQuiet, and either at the latest statusMaxStale after
+// been quiet for movingQuiet (a batch of the content pending is no
+// change), and either at the latest statusMaxStale after
 // the first batch still pending; a batch replaced before it began is never
 // written; a failed batch is logged (at V(1)) and the worker goes on;
 // submit never blocks, and Start returns when its context ends.
@@ -74,8 +75,13 @@ func TestStatusBatches(t *testing.T) {
 		}
 	}
 
-	settled := func(name string, err error) statusBatch { return statusBatch{write: record(name, err), settled: true} }
-	moving := func(name string) statusBatch { return statusBatch{write: record(name, nil)} }
+	// Every batch's content differs but where a test says so.
+	n := 0
+	settled := func(name string, err error) statusBatch {
+		n++
+		return statusBatch{write: record(name, err), settled: true, content: n}
+	}
+	moving := func(name string) statusBatch { n++; return statusBatch{write: record(name, nil), content: n} }
 	b.submit(a, settled("a1", nil))
 	b.submit(c, settled("c1", errors.New("conflict")))
 	step(500 * time.Millisecond)
@@ -105,13 +111,24 @@ func TestStatusBatches(t *testing.T) {
 	step(600 * time.Millisecond)
 	expect("c1", "a2", "a-moving-9", "c2", "a3")
 
+	// Batches of the same content (resyncs, acks) do not restart the
+	// quiet second: the first of them is due a second after it came.
+	same := func(name string) statusBatch {
+		return statusBatch{write: record(name, nil), settled: true, content: "bounds"}
+	}
+	b.submit(a, same("a-same-0"))
+	step(600 * time.Millisecond)
+	b.submit(a, same("a-same-1"))
+	step(400 * time.Millisecond)
+	expect("c1", "a2", "a-moving-9", "c2", "a3", "a-same-1")
+
 	// A pool that never goes quiet is written statusMaxStale after its
 	// first pending batch.
 	for i := range 60 {
 		b.submit(c, moving(fmt.Sprintf("c-moving-%d", i)))
 		step(time.Second)
 	}
-	expect("c1", "a2", "a-moving-9", "c2", "a3", "c-moving-59")
+	expect("c1", "a2", "a-moving-9", "c2", "a3", "a-same-1", "c-moving-59")
 	cancel()
 	if err := <-done; err != nil {
 		t.Errorf("Start: %v", err)

@@ -2,9 +2,9 @@ package controllers
 
 import (
 	"context"
-	"sync"
 	"time"
 
+	"golang.org/x/time/rate"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/utils/clock"
 )
@@ -22,41 +22,30 @@ const (
 	statusBurst      = 10
 )
 
-// pacer spaces writes by a token bucket on an injected clock; tokens go
-// negative for the writers that wait, so each waits its turn.
+// pacer spaces writes by a token bucket (golang.org/x/time/rate) read
+// on an injected clock; a writer that must wait has reserved its turn.
 //
-// Concurrency: safe for concurrent use; wait sleeps without the mutex.
+// Concurrency: safe for concurrent use; wait sleeps on its own timer.
 type pacer struct {
-	clk   clock.Clock
-	every time.Duration
-	burst float64
-
-	mu     sync.Mutex
-	tokens float64
-	last   time.Time
+	clk clock.Clock
+	lim *rate.Limiter
 }
 
 func newPacer(clk clock.Clock, every time.Duration, burst int) *pacer {
-	return &pacer{clk: clk, every: every, burst: float64(burst), tokens: float64(burst), last: clk.Now()}
+	return &pacer{clk: clk, lim: rate.NewLimiter(rate.Every(every), burst)}
 }
 
-// delay takes a token and says how long its holder must wait first.
-func (p *pacer) delay() time.Duration {
-	p.mu.Lock()
-	defer p.mu.Unlock()
+// delay reserves a turn and says how long its holder must wait for it.
+func (p *pacer) delay() (time.Duration, *rate.Reservation) {
 	now := p.clk.Now()
-	p.tokens = min(p.burst, p.tokens+float64(now.Sub(p.last))/float64(p.every))
-	p.last = now
-	p.tokens--
-	if p.tokens >= 0 {
-		return 0
-	}
-	return time.Duration(-p.tokens * float64(p.every))
+	r := p.lim.ReserveN(now, 1)
+	return r.DelayFrom(now), r
 }
 
-// wait blocks until its write may go, or ctx ends.
+// wait blocks until its write may go, or ctx ends (and gives its turn
+// back).
 func (p *pacer) wait(ctx context.Context) error {
-	d := p.delay()
+	d, r := p.delay()
 	if d <= 0 {
 		return nil
 	}
@@ -64,6 +53,7 @@ func (p *pacer) wait(ctx context.Context) error {
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
+		r.CancelAt(p.clk.Now())
 		return ctx.Err()
 	case <-t.C():
 		return nil

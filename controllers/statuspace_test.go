@@ -17,21 +17,22 @@ func TestPacerDelays(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
 	p := newPacer(clk, 50*time.Millisecond, 3)
 	var got []time.Duration
+	delay := func() time.Duration { d, _ := p.delay(); return d }
 	for range 5 {
-		got = append(got, p.delay())
+		got = append(got, delay())
 	}
 	want := []time.Duration{0, 0, 0, 50 * time.Millisecond, 100 * time.Millisecond}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("delays of a burst of 5 (-want +got):\n%s", diff)
 	}
 	clk.Step(100 * time.Millisecond) // the two waiters' turns have come
-	if d := p.delay(); d != 50*time.Millisecond {
+	if d := delay(); d != 50*time.Millisecond {
 		t.Errorf("after the waiters' turns: delay %s, want 50ms", d)
 	}
 	clk.Step(time.Hour) // refilled to the burst, not beyond
 	got = got[:0]
 	for range 4 {
-		got = append(got, p.delay())
+		got = append(got, delay())
 	}
 	want = []time.Duration{0, 0, 0, 50 * time.Millisecond}
 	if diff := cmp.Diff(want, got); diff != "" {

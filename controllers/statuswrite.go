@@ -213,46 +213,31 @@ var eventAction = map[string]string{
 	v1alpha1.ModelPoolTenantHeaderUnprotected:           "Authenticate",
 }
 
-// writeTierStatus writes each tier's status where it changed; a tier
-// deleted meanwhile is skipped. Each write waits for pace, when not nil.
-func (r *PoolReconciler) writeTierStatus(ctx context.Context, pool *v1alpha1.ModelPool, obs *observed, bounds capacity.Bounds, stamp metav1.Time, pace *pacer) error {
+// tierWants are the tiers' statuses for bounds, in obs.tiers' order.
+func tierWants(obs *observed, bounds capacity.Bounds, stamp metav1.Time) []v1alpha1.ServiceTierStatus {
 	byName := map[string]capacity.TierBounds{}
 	for _, tb := range bounds.Tiers {
 		byName[tb.Name] = tb
 	}
-	before := map[string]int32{}
+	want := make([]v1alpha1.ServiceTierStatus, len(obs.tiers))
 	for i := range obs.tiers {
-		before[obs.tiers[i].Name] = obs.tiers[i].Status.QueueBound
-	}
-	err := inParallel(len(obs.tiers), func(i int) error {
 		t := &obs.tiers[i]
-		st := desiredTierStatus(t.Status, t.Generation, byName[t.Name], bounds.Pool, stamp)
-		if err := pace.before(ctx, t.Status, st); err != nil {
-			return err
-		}
-		_, err := patchStatus(ctx, r.Client, t, &t.Status, st, lastWriteWins)
-		return client.IgnoreNotFound(err)
-	})
-	if err != nil {
-		return err
+		want[i] = desiredTierStatus(t.Status, t.Generation, byName[t.Name], bounds.Pool, stamp)
 	}
-	if msg := boundChanges(before, bounds.Tiers); msg != "" && r.Recorder != nil {
-		r.Recorder.Eventf(pool, nil, corev1.EventTypeNormal, "ScaledBounds", "ComputeBounds", "%s", msg)
-	}
-	return nil
+	return want
 }
 
-// writeQuotaStatus writes each quota's status where it changed; a quota
-// deleted meanwhile is skipped. Each write waits for pace, when not nil.
-func (r *PoolReconciler) writeQuotaStatus(ctx context.Context, pool *v1alpha1.ModelPool, obs *observed, bounds capacity.Bounds, stamp metav1.Time, pace *pacer) error {
+// quotaWants are the quotas' statuses for bounds, in obs.quotas' order.
+func quotaWants(pool *v1alpha1.ModelPool, obs *observed, bounds capacity.Bounds, stamp metav1.Time) []v1alpha1.TenantQuotaStatus {
 	byQuota := map[string]capacity.TenantBounds{}
 	for _, tb := range bounds.Tenants {
 		byQuota[tb.QuotaName] = tb
 	}
-	return inParallel(len(obs.quotas), func(i int) error {
+	want := make([]v1alpha1.TenantQuotaStatus, len(obs.quotas))
+	for i := range obs.quotas {
 		q := &obs.quotas[i]
 		ss := obs.secretState[q.Name]
-		st := desiredQuotaStatus(q.Status, quotaView{
+		want[i] = desiredQuotaStatus(q.Status, quotaView{
 			Generation:       q.Generation,
 			Pool:             pool.Name,
 			Tenant:           byQuota[q.Name],
@@ -264,10 +249,46 @@ func (r *PoolReconciler) writeQuotaStatus(ctx context.Context, pool *v1alpha1.Mo
 			OwnLimits:        q.Spec.Limits,
 			SharedState:      pool.Spec.SharedState,
 		}, stamp)
-		if err := pace.before(ctx, q.Status, st); err != nil {
+	}
+	return want
+}
+
+// writeTierStatus writes want (tierWants) as the tiers' statuses where
+// they changed and records a ScaledBounds event when a bound moved; a
+// tier deleted meanwhile is skipped. Each write waits for pace, when not
+// nil.
+func (r *PoolReconciler) writeTierStatus(ctx context.Context, pool *v1alpha1.ModelPool, obs *observed, want []v1alpha1.ServiceTierStatus, bounds capacity.Bounds, pace *pacer) error {
+	before := map[string]int32{}
+	for i := range obs.tiers {
+		before[obs.tiers[i].Name] = obs.tiers[i].Status.QueueBound
+	}
+	err := inParallel(len(obs.tiers), func(i int) error {
+		t := &obs.tiers[i]
+		if err := pace.before(ctx, t.Status, want[i]); err != nil {
 			return err
 		}
-		_, err := patchStatus(ctx, r.Client, q, &q.Status, st, lastWriteWins)
+		_, err := patchStatus(ctx, r.Client, t, &t.Status, want[i], lastWriteWins)
+		return client.IgnoreNotFound(err)
+	})
+	if err != nil {
+		return err
+	}
+	if msg := boundChanges(before, bounds.Tiers); msg != "" && r.Recorder != nil {
+		r.Recorder.Eventf(pool, nil, corev1.EventTypeNormal, "ScaledBounds", "ComputeBounds", "%s", msg)
+	}
+	return nil
+}
+
+// writeQuotaStatus writes want (quotaWants) as the quotas' statuses where
+// they changed; a quota deleted meanwhile is skipped. Each write waits for
+// pace, when not nil.
+func (r *PoolReconciler) writeQuotaStatus(ctx context.Context, obs *observed, want []v1alpha1.TenantQuotaStatus, pace *pacer) error {
+	return inParallel(len(obs.quotas), func(i int) error {
+		q := &obs.quotas[i]
+		if err := pace.before(ctx, q.Status, want[i]); err != nil {
+			return err
+		}
+		_, err := patchStatus(ctx, r.Client, q, &q.Status, want[i], lastWriteWins)
 		return client.IgnoreNotFound(err)
 	})
 }
