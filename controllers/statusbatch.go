@@ -186,7 +186,7 @@ func (r *PoolReconciler) submitStatus(ctx context.Context, pool *v1alpha1.ModelP
 	}
 	key, pace := client.ObjectKeyFromObject(pool), r.quotaStatus.pace
 	if moving {
-		r.quotaStatus.submit(key, statusBatch{content: [2]any{tiers, quotas}, write: func(ctx context.Context) error {
+		r.quotaStatus.submit(key, statusBatch{content: [2]any{unstampedTiers(tiers), unstampedQuotas(quotas)}, write: func(ctx context.Context) error {
 			return errors.Join(r.writeTierStatus(ctx, pool, obs, tiers, bounds, pace), r.writeQuotaStatus(ctx, obs, quotas, pace))
 		}})
 		return nil
@@ -194,8 +194,36 @@ func (r *PoolReconciler) submitStatus(ctx context.Context, pool *v1alpha1.ModelP
 	if err := r.writeTierStatus(ctx, pool, obs, tiers, bounds, nil); err != nil {
 		return err
 	}
-	r.quotaStatus.submit(key, statusBatch{settled: true, content: quotas, write: func(ctx context.Context) error {
+	r.quotaStatus.submit(key, statusBatch{settled: true, content: unstampedQuotas(quotas), write: func(ctx context.Context) error {
 		return r.writeQuotaStatus(ctx, obs, quotas, pace)
 	}})
 	return nil
+}
+
+// unstampedTiers and unstampedQuotas are statuses as a batch's content:
+// without their conditions' transition times, which a status not yet
+// written takes from each reconcile's second and which would make every
+// second's batch look new.
+func unstampedTiers(want []v1alpha1.ServiceTierStatus) []v1alpha1.ServiceTierStatus {
+	out := make([]v1alpha1.ServiceTierStatus, len(want))
+	for i := range want {
+		out[i] = *want[i].DeepCopy()
+		clearStamps(out[i].Conditions)
+	}
+	return out
+}
+
+func unstampedQuotas(want []v1alpha1.TenantQuotaStatus) []v1alpha1.TenantQuotaStatus {
+	out := make([]v1alpha1.TenantQuotaStatus, len(want))
+	for i := range want {
+		out[i] = *want[i].DeepCopy()
+		clearStamps(out[i].Conditions)
+	}
+	return out
+}
+
+func clearStamps(conds []metav1.Condition) {
+	for i := range conds {
+		conds[i].LastTransitionTime = metav1.Time{}
+	}
 }

@@ -158,3 +158,53 @@ func TestScaleWritesPeopleStatusOnce(t *testing.T) {
 		t.Errorf("acme's effectiveConcurrencyLimit is 0 after the scale")
 	}
 }
+
+// TestNewQuotaStatusUnderResyncs: a quota whose status was never written
+// is written a quiet second after it appears although the pool is
+// reconciled every 500 ms (as with --resync-period 500ms) and each second
+// stamps its Ready condition anew: the stamp is no change.
+func TestNewQuotaStatusUnderResyncs(t *testing.T) {
+	ctx := context.Background()
+	var mu sync.Mutex
+	quotaWrites := 0
+	c := newFakeClient(t, seedWorld(), interceptor.Funcs{SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, p client.Patch, opts ...client.SubResourcePatchOption) error {
+		if _, ok := obj.(*v1alpha1.TenantQuota); ok {
+			mu.Lock()
+			quotaWrites++
+			mu.Unlock()
+		}
+		return c.Status().Patch(ctx, obj, p, opts...)
+	}})
+	clk := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 700_000_000, time.UTC))
+	r := &PoolReconciler{Client: c, Recorder: events.NewFakeRecorder(50), Clock: clk, Pusher: &fakePusher{},
+		ResyncPeriod: time.Minute, MeasuredMinCompletions: 20, MeasuredTolerance: 0.1, UnreachableStrike: 3,
+		quotaStatus: newStatusBatches(logr.Discard(), clk)}
+	var got []time.Duration
+	start := clk.Now()
+	for range 8 {
+		if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: seedKey}); err != nil {
+			t.Fatal(err)
+		}
+		clk.Step(500 * time.Millisecond)
+		for {
+			_, write, _, ok := r.quotaStatus.next(clk.Now())
+			if !ok {
+				break
+			}
+			if err := write(ctx); err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, clk.Since(start))
+		}
+	}
+	// Written once, at the first look a second after the first reconcile;
+	// the batches after it find nothing to write.
+	if diff := cmp.Diff([]time.Duration{time.Second}, got[:1]); diff != "" {
+		t.Errorf("first batch written at (-want +got):\n%s", diff)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if quotaWrites != 1 {
+		t.Errorf("acme's status written %d times, want once", quotaWrites)
+	}
+}
