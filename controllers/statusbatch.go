@@ -141,6 +141,7 @@ func (b *statusBatches) Start(ctx context.Context) error {
 	for {
 		pool, write, at, ok := b.next(b.clk.Now())
 		if ok {
+			b.log.V(1).Info("writing statuses", "pool", pool.String(), "due", at.String())
 			if err := write(ctx); err != nil && ctx.Err() == nil {
 				b.log.V(1).Info("writing the tiers' and quotas' statuses failed; the next reconcile writes them", "pool", pool.String(), "err", err.Error())
 			}
@@ -176,7 +177,7 @@ func (b *statusBatches) NeedLeaderElection() bool { return true }
 // to settle. Without a worker (unit tests) everything is written inline.
 func (r *PoolReconciler) submitStatus(ctx context.Context, pool *v1alpha1.ModelPool, obs *observed, bounds capacity.Bounds, stamp metav1.Time, mem *statusMemory) error {
 	moving := replicasMoving(obs.deployment, len(obs.backends))
-	r.scaledPool(pool, moving, mem)
+	r.scaledPool(pool, bounds.Pool, moving, mem)
 	tiers, quotas := tierWants(obs, bounds, stamp), quotaWants(pool, obs, bounds, stamp)
 	if r.quotaStatus == nil {
 		if err := r.writeTierStatus(ctx, pool, obs, tiers, bounds, nil); err != nil {

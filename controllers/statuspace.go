@@ -10,16 +10,16 @@ import (
 )
 
 // The status worker's own pace: a burst of statusBurst writes, then one
-// every statusWriteEvery (20 a second). The worker shares the manager's
+// every statusWriteEvery (40 a second). The worker shares the manager's
 // client, and so its client-side rate limit (--kube-api-qps, 50 a second
 // by default, burst 100), with the reconciles: 200 quota writes sent as
-// fast as the limiter lets them emptied its bucket, and the next pool
-// status write, which a push waits for, queued behind them for up to two
-// seconds. At 20 a second the bucket refills faster than the worker takes
-// from it.
+// fast as the limiter lets them would empty its bucket, and the pool's
+// next status write, which a push waits for, would queue behind them for
+// up to two seconds. At this pace the default bucket keeps at least 60
+// tokens.
 const (
-	statusWriteEvery = 50 * time.Millisecond
-	statusBurst      = 10
+	statusWriteEvery = 25 * time.Millisecond
+	statusBurst      = 40
 )
 
 // pacer spaces writes by a token bucket (golang.org/x/time/rate) read

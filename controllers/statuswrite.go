@@ -330,8 +330,10 @@ func markOf(st v1alpha1.ModelPoolStatus) scaleMark {
 // differs from the one last reported: one event per change of scale, not
 // one per policy version on the way (a scale-up of 500 pods goes through
 // dozens). The first status seen is no change.
-func (r *PoolReconciler) scaledPool(pool *v1alpha1.ModelPool, moving bool, mem *statusMemory) {
-	cur := markOf(pool.Status)
+func (r *PoolReconciler) scaledPool(pool *v1alpha1.ModelPool, b capacity.PoolBounds, moving bool, mem *statusMemory) {
+	// From the bounds, which the pool's status states, whether or not
+	// this reconcile wrote it.
+	cur := scaleMark{concurrency: b.Concurrency, ready: b.ReadyReplicas, set: true}
 	switch {
 	case !mem.reported.set:
 		mem.reported = cur
