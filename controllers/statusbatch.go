@@ -141,7 +141,6 @@ func (b *statusBatches) Start(ctx context.Context) error {
 	for {
 		pool, write, at, ok := b.next(b.clk.Now())
 		if ok {
-			b.log.V(1).Info("writing statuses", "pool", pool.String(), "due", at.String())
 			if err := write(ctx); err != nil && ctx.Err() == nil {
 				b.log.V(1).Info("writing the tiers' and quotas' statuses failed; the next reconcile writes them", "pool", pool.String(), "err", err.Error())
 			}
