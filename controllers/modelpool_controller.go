@@ -120,8 +120,16 @@ func (r *PoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	c.skewWarning = want.skewWarning
 	// The version is persisted before any dispatcher sees it, so a
 	// restarted controller never reuses or lowers a version.
+	read := r.Clock.Now()
 	if err := r.writePoolStatus(ctx, &pool, want.status, c, &mem.status); err != nil {
 		return statusWriteFailed(ctx, err)
+	}
+	written := r.Clock.Now()
+	if want.version != mem.version {
+		// Every pod is pushed the new version: that round is the resync,
+		// and the next one is a period away (no pod re-applies a version
+		// it acknowledged moments ago).
+		mem.lastResync = now
 	}
 	mem.contentHash, mem.version = want.hash, want.version
 	mem.maxWaitTiers = exportPoolMetrics(req.String(), mem.maxWaitTiers, c.bounds, c.demand)
@@ -141,6 +149,8 @@ func (r *PoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	} else if err := r.writeQuotaStatus(ctx, &pool, obs, c.bounds, stamp); err != nil {
 		return ctrl.Result{}, err
 	}
+	log.FromContext(ctx).V(1).Info("reconciled", "version", want.version, "backends", len(obs.backends),
+		"read", read.Sub(now).String(), "statusWrite", written.Sub(read).String(), "afterPush", r.Clock.Since(written).String())
 	return mem.requeue(now, period), nil
 }
 
@@ -442,8 +452,9 @@ func (m *poolMemory) nextVersion(hash string, persisted int64, states []PodState
 	return max(persisted, m.version, held) + 1
 }
 
-// resyncDue reports whether period has passed since the last resync and, if
-// so, starts a new one at now.
+// resyncDue reports whether period has passed since the last resync (or
+// the last new version, which every pod is pushed) and, if so, starts a
+// new one at now.
 func (m *poolMemory) resyncDue(now time.Time, period time.Duration) bool {
 	if period <= 0 || now.Sub(m.lastResync) < period {
 		return false

@@ -477,3 +477,49 @@ func TestQuotaReconcile(t *testing.T) {
 		})
 	}
 }
+
+// The periodic resync comes a period after the last resync or the last
+// new version, whichever is later: a new version is pushed to every pod,
+// so a resync soon after it would only make each re-apply it.
+func TestResyncIsAPeriodAfterTheLastNewVersion(t *testing.T) {
+	ctx := context.Background()
+	objs := seedWorld()
+	c := newFakeClient(t, objs, interceptor.Funcs{})
+	clk := clocktesting.NewFakePassiveClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	p := &fakePusher{}
+	r := &PoolReconciler{Client: c, Recorder: events.NewFakeRecorder(100), Clock: clk, Pusher: p,
+		ResyncPeriod: time.Minute, MeasuredMinCompletions: 20, MeasuredTolerance: 0.1, UnreachableStrike: 3}
+	type step struct {
+		at         time.Duration // since the start
+		deletePod  string        // a model pod deleted before the reconcile
+		wantResync bool
+		wantAfter  time.Duration
+	}
+	steps := []step{
+		{at: 0, wantAfter: time.Minute}, // the first version: every pod is pushed
+		{at: 50 * time.Second, deletePod: "vllm-5", wantAfter: time.Minute},
+		{at: 70 * time.Second, wantAfter: 40 * time.Second}, // a minute after the first, 20 s after the new version
+		{at: 110 * time.Second, wantResync: true, wantAfter: time.Minute},
+	}
+	start := clk.Now()
+	var versions []int64
+	for i, s := range steps {
+		clk.SetTime(start.Add(s.at))
+		if s.deletePod != "" {
+			if err := c.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: seed.Namespace, Name: s.deletePod}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		res, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: seedKey})
+		if err != nil {
+			t.Fatalf("step %d: %v", i, err)
+		}
+		if p.resync != s.wantResync || res.RequeueAfter != s.wantAfter {
+			t.Errorf("step %d at +%s: resync %v, requeue after %s; want %v, %s", i, s.at, p.resync, res.RequeueAfter, s.wantResync, s.wantAfter)
+		}
+		versions = append(versions, p.pushed[0].Policy.Version)
+	}
+	if diff := cmp.Diff([]int64{1, 2, 2, 2}, versions); diff != "" {
+		t.Errorf("versions pushed (-want +got):\n%s", diff)
+	}
+}

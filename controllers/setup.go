@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 
+	"github.com/go-logr/logr"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -138,7 +139,7 @@ func setupPoolController(mgr ctrl.Manager, pools *PoolReconciler, notes *notifie
 		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(secretToPools(c))).
 		Watches(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(poolsByIndex(c, indexPoolJWKSMap))).
 		Watches(&appsv1.Deployment{}, handler.EnqueueRequestsFromMapFunc(poolsByIndex(c, indexPoolDeployment))).
-		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podToPools(c)), builder.WithPredicates(podChanged())).
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podToPools(c, mgr.GetLogger().WithName("pods"))), builder.WithPredicates(podChanged())).
 		WatchesRawSource(source.Channel(notes.out, &handler.EnqueueRequestForObject{})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: workers}).
 		Complete(pools)
@@ -213,7 +214,9 @@ func secretToPools(c client.Reader) handler.MapFunc {
 }
 
 // podToPools maps a pod to the pools it is a dispatcher or a model pod of.
-func podToPools(c client.Reader) handler.MapFunc {
+// A terminating pod's event is logged at V(1): it starts the path whose
+// latency a drop from the policies has (docs/architecture.md).
+func podToPools(c client.Reader, lg logr.Logger) handler.MapFunc {
 	return func(ctx context.Context, o client.Object) []ctrl.Request {
 		var pools v1alpha1.ModelPoolList
 		if err := c.List(ctx, &pools, client.InNamespace(o.GetNamespace())); err != nil {
@@ -231,6 +234,9 @@ func podToPools(c client.Reader) handler.MapFunc {
 			if match {
 				out = append(out, poolRequest(p.Namespace, p.Name))
 			}
+		}
+		if o.GetDeletionTimestamp() != nil && len(out) > 0 {
+			lg.V(1).Info("terminating pod: queueing its pools", "namespace", o.GetNamespace(), "pod", o.GetName(), "pools", len(out))
 		}
 		return out
 	}
