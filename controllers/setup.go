@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"sync"
+	"time"
 
 	"github.com/go-logr/logr"
 	appsv1 "k8s.io/api/apps/v1"
@@ -108,12 +109,17 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Config) error {
 		UnreachableStrike:      opts.UnreachableStrike,
 		PrometheusAddress:      opts.PrometheusAddress,
 		JWKS:                   jwks,
+		StatusDelay:            poolStatusDelay,
 	}
 	if opts.PushTokenSecret.Name != "" {
 		pools.TokenSecret = opts.PushTokenSecret.String()
 	}
 	pools.quotaStatus = newStatusBatches(mgr.GetLogger().WithName("quota-status"), opts.Clock)
 	if err := mgr.Add(pools.quotaStatus); err != nil {
+		return err
+	}
+	pools.tierStatus = newLatestWrites(mgr.GetLogger().WithName("tier-status"))
+	if err := mgr.Add(pools.tierStatus); err != nil {
 		return err
 	}
 	if err := setupPoolController(mgr, pools, notes, opts.MaxConcurrentReconciles); err != nil {
@@ -126,6 +132,10 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Config) error {
 		Watches(&v1alpha1.ServiceTier{}, handler.EnqueueRequestsFromMapFunc(tierToQuotas(c))).
 		Complete(&QuotaReconciler{Client: c, Clock: opts.Clock})
 }
+
+// poolStatusDelay is how long a pool status change that carries no new
+// policy version may wait for its write (PoolReconciler.StatusDelay).
+const poolStatusDelay = 500 * time.Millisecond
 
 // setupPoolController reconciles a pool on a change of anything its bounds
 // or its policy depend on, and after every push attempt.
