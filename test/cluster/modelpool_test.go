@@ -119,10 +119,10 @@ func checkNoDuplicateApplies(t *testing.T, logs [][]applied) {
 // ms at a load average of 10-20, which is common here. A scale-down's
 // ReplicaSet deletes its pods 10-40 ms apart, so they take two reconciles,
 // the second waiting for the first's write: two round trips. Measured at
-// load 11 and 19: medians 110 and 166 ms, maxima 110 and 166 ms (63 ms for
-// a deletion alone in its reconcile). So 100 ms on the median would fail
-// on a loaded machine; 300 ms holds there, and leaves the preStop sleep
-// (1 s here, 5 s in the sample) ample room.
+// load averages of 9-19: medians 47-166 ms, maxima 47-166 ms (47-63 ms
+// when all or one deletion had a reconcile to itself). So 100 ms on the
+// median would fail on a loaded machine; 300 ms holds there, and leaves
+// the preStop sleep (1 s here, 5 s in the sample) ample room.
 const (
 	dropTarget  = 100 * time.Millisecond
 	dropCeiling = 300 * time.Millisecond
