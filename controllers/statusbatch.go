@@ -172,8 +172,9 @@ func (b *statusBatches) NeedLeaderElection() bool { return true }
 // submitStatus writes the statuses for people after a reconcile's push:
 // the pool's ScaledPool event, the tiers' statuses and the quotas'. A
 // settled pool's tiers are written at once (three or so writes, and their
-// ScaledBounds event); a moving pool's wait with its quotas for the change
-// to settle. Without a worker (unit tests) everything is written inline.
+// ScaledBounds event) by the tier writer (latestwrite.go); a moving
+// pool's wait with its quotas for the change to settle. Without the
+// writers (unit tests) everything is written inline.
 func (r *PoolReconciler) submitStatus(ctx context.Context, pool *v1alpha1.ModelPool, obs *observed, bounds capacity.Bounds, stamp metav1.Time, mem *statusMemory) error {
 	moving := replicasMoving(obs.deployment, len(obs.backends))
 	r.scaledPool(pool, bounds.Pool, moving, mem)
@@ -191,7 +192,9 @@ func (r *PoolReconciler) submitStatus(ctx context.Context, pool *v1alpha1.ModelP
 		}})
 		return nil
 	}
-	if err := r.writeTierStatus(ctx, pool, obs, tiers, bounds, nil); err != nil {
+	if r.tierStatus != nil {
+		r.tierStatus.submit(key, func(ctx context.Context) error { return r.writeTierStatus(ctx, pool, obs, tiers, bounds, nil) })
+	} else if err := r.writeTierStatus(ctx, pool, obs, tiers, bounds, nil); err != nil {
 		return err
 	}
 	r.quotaStatus.submit(key, statusBatch{settled: true, content: unstampedQuotas(quotas), write: func(ctx context.Context) error {
