@@ -34,13 +34,15 @@ func init() {
 // controllerFlags are the flags of `tiergate controller`.
 type controllerFlags struct {
 	metricsAddr, probeAddr string
-	leaderElect            bool
-	leaderNS, leaderID     string
-	kubeconfig             string
-	tokenSecret            string
-	qps                    float64
-	burst                  int
-	zap                    zap.Options
+	// pprofAddr serves Go's runtime profiles; "0" (the default) serves none.
+	pprofAddr          string
+	leaderElect        bool
+	leaderNS, leaderID string
+	kubeconfig         string
+	tokenSecret        string
+	qps                float64
+	burst              int
+	zap                zap.Options
 	// cfg is the controllers' configuration: its flags take their defaults
 	// from controllers.DefaultConfig and parseControllerFlags validates it.
 	cfg controllers.Config
@@ -78,6 +80,7 @@ func parseControllerFlags(args []string, stderr io.Writer) (f controllerFlags, c
 	fs.SetOutput(stderr)
 	fs.StringVar(&f.metricsAddr, "metrics-bind-address", ":8080", `address of the metrics endpoint; "0" disables it`)
 	fs.StringVar(&f.probeAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz")
+	fs.StringVar(&f.pprofAddr, "pprof-bind-address", "0", `address that serves Go's runtime profiles (net/http/pprof, unauthenticated: bind it to localhost); "0" disables it`)
 	fs.BoolVar(&f.leaderElect, "leader-elect", true, "elect a leader so only one replica reconciles and pushes")
 	fs.StringVar(&f.leaderNS, "leader-election-namespace", "", "namespace of the leader election Lease (default: the pod's namespace)")
 	fs.StringVar(&f.leaderID, "leader-election-id", "tiergate-controller.tiergate.dev", "name of the leader election Lease")
@@ -145,6 +148,7 @@ func newControllerManager(f controllerFlags) (ctrl.Manager, error) {
 		Scheme:                        scheme,
 		Metrics:                       metricsserver.Options{BindAddress: f.metricsAddr},
 		HealthProbeBindAddress:        f.probeAddr,
+		PprofBindAddress:              f.pprofAddr,
 		LeaderElection:                f.leaderElect,
 		LeaderElectionID:              f.leaderID,
 		LeaderElectionNamespace:       f.leaderNS,

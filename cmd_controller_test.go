@@ -67,10 +67,16 @@ func TestControllerFlagsDefaultToTheConfig(t *testing.T) {
 	if diff := cmp.Diff(controllers.DefaultConfig(), f.cfg); diff != "" {
 		t.Errorf("configuration (-want +got):\n%s", diff)
 	}
-	f, _, done = parseControllerFlags([]string{"--push-workers=3", "--push-timeout=2s", "--push-token-secret=ns/tok"}, &stderr)
+	if f.pprofAddr != "0" {
+		t.Errorf("--pprof-bind-address defaults to %q, want \"0\" (off)", f.pprofAddr)
+	}
+	f, _, done = parseControllerFlags([]string{"--pprof-bind-address=127.0.0.1:6060", "--push-workers=3", "--push-timeout=2s", "--push-token-secret=ns/tok"}, &stderr)
 	want := controllers.DefaultConfig()
 	want.PushWorkers, want.PushTimeout, want.PushTokenSecret = 3, 2*time.Second, types.NamespacedName{Namespace: "ns", Name: "tok"}
 	if diff := cmp.Diff(want, f.cfg); done || diff != "" {
 		t.Errorf("configuration of flags (-want +got):\n%s", diff)
+	}
+	if f.pprofAddr != "127.0.0.1:6060" {
+		t.Errorf("--pprof-bind-address=127.0.0.1:6060 gave %q", f.pprofAddr)
 	}
 }

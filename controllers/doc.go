@@ -6,9 +6,15 @@
 //   - PoolReconciler (one reconcile per ModelPool) reads through the
 //     manager's cache (observe.go), computes the bounds, persists the
 //     policy version in status before any dispatcher sees it, hands the
-//     policies to the Pusher, then writes tier and quota status, only where
-//     it changed (statuswrite.go). QuotaReconciler writes only the status
-//     of quotas whose tier is gone.
+//     policies to the Pusher, then hands a settled pool's tier statuses
+//     to a per-pool latest-wins writer (latestwrite.go) and the quota
+//     statuses, with a moving pool's tier statuses, to the status worker,
+//     which writes them once the change is over, at its own pace
+//     (statusbatch.go, statuspace.go), only where they changed
+//     (statuswrite.go); a pool status change without a new version waits
+//     up to StatusDelay, so the pool's next event does not queue behind
+//     its write. QuotaReconciler writes only the status of quotas whose
+//     tier is gone.
 //   - status.go holds pure helpers from observations to status; measured.go
 //     and apikeys.go are pure too. The desired replicas come from the
 //     dispatchers' acks through capacity.DesiredReplicas; acks come only
@@ -42,8 +48,11 @@
 // pool's in-memory state (content hash, version, last resync) is only
 // touched by one reconcile at a time; the map holding it, and the Pusher's
 // per-key state, are guarded by mutexes; the workqueue never hands one key
-// to two workers at once. Pusher, notifier and
-// JWKSFetcher are manager runnables that need leader election, so only the
+// to two workers at once. The tier status writer runs one goroutine per
+// pool with a batch to write, its pending batches under a mutex; the
+// status worker is one goroutine, its pending batches under a mutex, its
+// pacer shared by the writes it runs in parallel. Pusher,
+// notifier and JWKSFetcher are manager runnables that need leader election, so only the
 // leader pushes and fetches; the fetcher's per-pool state is guarded by its
 // mutex and each fetch runs in its own goroutine.
 package controllers

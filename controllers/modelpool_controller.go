@@ -11,6 +11,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -71,6 +72,12 @@ type PoolReconciler struct {
 	// quotaStatus writes the quotas' statuses off the reconcile path;
 	// nil writes them inline (unit tests).
 	quotaStatus *statusBatches
+	// tierStatus writes the tiers' statuses off the reconcile path; nil
+	// writes them inline (unit tests).
+	tierStatus *latestWrites
+	// StatusDelay is how long a pool status change without a new version
+	// may wait for its write (persistStatus); 0 writes it at once.
+	StatusDelay time.Duration
 	// health are the time constants of the failing-dispatcher rules; zero
 	// takes defaultHealthTuning (tests shorten them).
 	health healthTuning
@@ -118,10 +125,17 @@ func (r *PoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	c.autoscaler = r.syncAutoscaler(ctx, &pool, &mem.autoscaler, now)
 	want := r.desire(&pool, obs, c, states, mem, stamp)
 	c.skewWarning = want.skewWarning
-	// The version is persisted before any dispatcher sees it, so a
-	// restarted controller never reuses or lowers a version.
-	if err := r.writePoolStatus(ctx, &pool, want.status, c, &mem.status); err != nil {
+	read := r.Clock.Now()
+	statusWait, err := r.persistStatus(ctx, &pool, want, c, mem, now)
+	if err != nil {
 		return statusWriteFailed(ctx, err)
+	}
+	written := r.Clock.Now()
+	if want.version != mem.version {
+		// Every pod is pushed the new version: that round is the resync,
+		// and the next one is a period away (no pod re-applies a version
+		// it acknowledged moments ago).
+		mem.lastResync = now
 	}
 	mem.contentHash, mem.version = want.hash, want.version
 	mem.maxWaitTiers = exportPoolMetrics(req.String(), mem.maxWaitTiers, c.bounds, c.demand)
@@ -129,19 +143,38 @@ func (r *PoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	r.Pusher.Sync(req.NamespacedName, want.targets, mem.resyncDue(now, period))
 	mem.health.noteShares(want.targets, now)
 
-	// Tier and quota status after the push has started: it is for people,
-	// the push is for traffic.
-	if err := r.writeTierStatus(ctx, &pool, obs, c.bounds, stamp); err != nil {
+	// Tier and quota status after the push has started, and off this
+	// reconcile when there are writers: they are for people, the push is
+	// for traffic, and the pool's next event must not wait for them
+	// (statusbatch.go).
+	if err := r.submitStatus(ctx, &pool, obs, c.bounds, stamp, &mem.status); err != nil {
 		return ctrl.Result{}, err
 	}
-	if r.quotaStatus != nil {
-		r.quotaStatus.submit(req.NamespacedName, func(ctx context.Context) error {
-			return r.writeQuotaStatus(ctx, &pool, obs, c.bounds, stamp)
-		})
-	} else if err := r.writeQuotaStatus(ctx, &pool, obs, c.bounds, stamp); err != nil {
-		return ctrl.Result{}, err
+	log.FromContext(ctx).V(1).Info("reconciled", "version", want.version, "backends", len(obs.backends),
+		"read", read.Sub(now).String(), "statusWrite", written.Sub(read).String(), "afterPush", r.Clock.Since(written).String(),
+		"statusDeferred", statusWait.String())
+	res := mem.requeue(now, period)
+	if statusWait > 0 && (res.RequeueAfter == 0 || statusWait < res.RequeueAfter) {
+		res.RequeueAfter = statusWait
 	}
-	return mem.requeue(now, period), nil
+	return res, nil
+}
+
+// persistStatus writes the pool's status when it must be written now,
+// else says how long its write is deferred. A new version is written at
+// once: it is persisted before any dispatcher sees it, so a restarted
+// controller (or a new leader) never reuses or lowers a version. Any
+// other change (the pods' acks, ready counts, conditions) waits up to
+// StatusDelay, and goes with the next write that must happen: one such
+// write after each round of acks held the pool's next event, a pod's
+// deletion whose new version must reach the dispatchers at once, for its
+// round trip.
+func (r *PoolReconciler) persistStatus(ctx context.Context, pool *v1alpha1.ModelPool, want desired, c computed, mem *poolMemory, now time.Time) (time.Duration, error) {
+	differs := !equality.Semantic.DeepEqual(pool.Status, want.status)
+	if wait := mem.statusWait(differs, want.version != pool.Status.PolicyVersion, now, r.StatusDelay); wait > 0 {
+		return wait, nil
+	}
+	return 0, r.writePoolStatus(ctx, pool, want.status, c, &mem.status)
 }
 
 // desired is what one reconcile puts in force.
@@ -246,16 +279,25 @@ func (r *PoolReconciler) forget(ctx context.Context, key types.NamespacedName, s
 	if err := r.Client.List(ctx, &tiers, client.InNamespace(key.Namespace), client.MatchingFields{indexTierPool: key.Name}); err != nil {
 		return err
 	}
-	for i := range tiers.Items {
-		t := &tiers.Items[i]
-		if _, err := patchStatus(ctx, r.Client, t, &t.Status, orphanTierStatus(t.Status, t.Generation, key.Name, stamp), lastWriteWins); client.IgnoreNotFound(err) != nil {
-			return err
+	orphanTiers := func(ctx context.Context) error {
+		for i := range tiers.Items {
+			t := &tiers.Items[i]
+			if _, err := patchStatus(ctx, r.Client, t, &t.Status, orphanTierStatus(t.Status, t.Generation, key.Name, stamp), lastWriteWins); client.IgnoreNotFound(err) != nil {
+				return err
+			}
 		}
+		return nil
+	}
+	if r.tierStatus != nil {
+		// After, and instead of, any of the pool's tier writes still waiting.
+		r.tierStatus.submit(key, orphanTiers)
+	} else if err := orphanTiers(ctx); err != nil {
+		return err
 	}
 	orphans := func(ctx context.Context) error { return r.orphanQuotas(ctx, key.Namespace, tiers.Items, stamp) }
 	if r.quotaStatus != nil {
 		// After, and instead of, any batch of the pool still pending.
-		r.quotaStatus.submit(key, orphans)
+		r.quotaStatus.submit(key, statusBatch{write: orphans, settled: true})
 		return nil
 	}
 	return orphans(ctx)
@@ -411,6 +453,10 @@ type poolMemory struct {
 	healthNext time.Time
 	// status is the pool's last status write (statuswrite.go).
 	status statusMemory
+	// dirtySince is when the status that waits for its write (no new
+	// version in it) first differed from the stored one; zero when none
+	// waits.
+	dirtySince time.Time
 }
 
 func (r *PoolReconciler) memory(key types.NamespacedName) *poolMemory {
@@ -442,8 +488,28 @@ func (m *poolMemory) nextVersion(hash string, persisted int64, states []PodState
 	return max(persisted, m.version, held) + 1
 }
 
-// resyncDue reports whether period has passed since the last resync and, if
-// so, starts a new one at now.
+// statusWait is how much longer a status that differs from the one
+// stored may wait to be written; 0 when it must be written now (a new
+// version, no delay, or it has waited delay) or there is nothing to write.
+func (m *poolMemory) statusWait(differs, newVersion bool, now time.Time, delay time.Duration) time.Duration {
+	if !differs || newVersion || delay <= 0 {
+		m.dirtySince = time.Time{}
+		return 0
+	}
+	if m.dirtySince.IsZero() {
+		m.dirtySince = now
+	}
+	wait := m.dirtySince.Add(delay).Sub(now)
+	if wait <= 0 {
+		m.dirtySince = time.Time{}
+		return 0
+	}
+	return wait
+}
+
+// resyncDue reports whether period has passed since the last resync (or
+// the last new version, which every pod is pushed) and, if so, starts a
+// new one at now.
 func (m *poolMemory) resyncDue(now time.Time, period time.Duration) bool {
 	if period <= 0 || now.Sub(m.lastResync) < period {
 		return false

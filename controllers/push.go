@@ -182,8 +182,21 @@ type podPush struct {
 	// is pushed at once, without waiting out the backoff.
 	failedVersion int64
 	retryAt       time.Time
+	// queued is when the key was last queued for a push now (zero when it
+	// is not): the push's log says how long it waited for a worker.
+	queued time.Time
 	// cancel ends the push in flight, when the pod stops being a target.
 	cancel context.CancelFunc
+	// inFlight is the target of the push in flight (valid while cancel is
+	// set).
+	inFlight Target
+}
+
+// pushingLocked says whether a push of t's policy to t's address is in
+// flight: its answer serves a resync asked for meanwhile, which would
+// otherwise push the same version again right after it.
+func (pp *podPush) pushingLocked(t Target) bool {
+	return pp.cancel != nil && pp.inFlight.Address == t.Address && pp.inFlight.Policy.Version == t.Policy.Version
 }
 
 // pushQueueName names the queue in controller-runtime's workqueue_*
@@ -248,8 +261,9 @@ func (p *Pusher) Start(ctx context.Context) error {
 // are queued, pods no longer listed are dropped (a push in flight to one is
 // cancelled, and it is never pushed to again), and every listed pod is
 // queued when its acknowledged version differs. resync pushes to every pod
-// even when it is up to date. A pod backing off after a failure of the same
-// version waits out its backoff.
+// even when it is up to date, except one whose push of the same version
+// is in flight: that push's answer is the resync's. A pod backing off
+// after a failure of the same version waits out its backoff.
 func (p *Pusher) Sync(pool types.NamespacedName, targets []Target, resync bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -271,7 +285,7 @@ func (p *Pusher) Sync(pool types.NamespacedName, targets []Target, resync bool) 
 			pp.target = t
 			pp.state.Name, pp.state.Address = t.Name, t.Address
 		}
-		if resync {
+		if resync && !pp.pushingLocked(t) {
 			pp.force = true
 		}
 		p.enqueueLocked(k, pp)
@@ -306,6 +320,9 @@ func (p *Pusher) enqueueLocked(k pushKey, pp *podPush) {
 		return // Start queues it
 	}
 	if need, wait := p.planLocked(pp); need && wait <= 0 {
+		if pp.queued.IsZero() {
+			pp.queued = p.opts.Clock.Now()
+		}
 		p.queue.Add(k)
 	}
 }

@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"time"
 
 	"k8s.io/client-go/util/workqueue"
 
@@ -33,60 +34,78 @@ func (p *Pusher) processNext(ctx context.Context, q workqueue.TypedRateLimitingI
 		return false
 	}
 	defer q.Done(k)
-	pp, tgt, rev, pushCtx, ok := p.take(ctx, q, k)
+	j, ok := p.take(ctx, q, k)
 	if !ok {
 		return true
 	}
-	a := p.push(pushCtx, tgt, rev)
+	start := p.opts.Clock.Now()
+	a := p.push(j.ctx, j.target, j.rev)
 	if ctx.Err() != nil {
 		return false // shutting down: the answer to a cancelled push is not the pod's
 	}
-	if !p.record(q, k, pp, tgt, a) {
+	if !p.record(q, k, j.pp, j.target, a) {
 		p.note(k, pushDropped)
 		return true
 	}
+	tgt := j.target
 	log := p.opts.Log.WithValues("pool", k.pool.String(), "pod", tgt.Name, "address", tgt.Address, "version", tgt.Policy.Version)
 	if a.err != nil {
 		log.Info("push failed", "result", string(a.result), "error", a.err.Error())
 		p.note(k, pushBackoff)
 	} else {
-		log.V(1).Info("pushed", "acked", a.ack.Version)
+		log.V(1).Info("pushed", "acked", a.ack.Version, "queued", j.waited.String(), "took", p.opts.Clock.Since(start).String())
 		p.note(k, pushDone)
 	}
 	p.opts.Notify(k.pool)
 	return true
 }
 
+// pushJob is one push a worker took: the key's target, the schema
+// revision to write it at, the context that dropping the pod cancels, and
+// how long the key waited for a worker.
+type pushJob struct {
+	pp     *podPush
+	target Target
+	rev    int
+	ctx    context.Context
+	waited time.Duration
+}
+
 // take is the key's target to push now and the schema revision to write
-// it at (the pod's, once it answered; this build's before), with a context
-// that dropping the pod cancels; ok is false when there is nothing to push
-// yet.
-func (p *Pusher) take(ctx context.Context, q workqueue.TypedRateLimitingInterface[pushKey], k pushKey) (pp *podPush, t Target, rev int, _ context.Context, ok bool) {
+// it at (the pod's, once it answered; this build's before); ok is false
+// when there is nothing to push yet.
+func (p *Pusher) take(ctx context.Context, q workqueue.TypedRateLimitingInterface[pushKey], k pushKey) (j pushJob, ok bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	pp, ok = p.pods[k]
+	pp, ok := p.pods[k]
 	if !ok {
 		p.note(k, pushSkipped)
-		return nil, Target{}, 0, nil, false
+		return j, false
 	}
 	need, wait := p.planLocked(pp)
 	switch {
 	case !need:
+		pp.queued = time.Time{}
 		p.note(k, pushSkipped)
-		return nil, Target{}, 0, nil, false
+		return j, false
 	case wait > 0:
 		// An earlier backoff's entry came due before this one's.
 		q.AddAfter(k, wait)
 		p.note(k, pushDeferred)
-		return nil, Target{}, 0, nil, false
+		return j, false
 	}
 	pp.force = false
-	rev = policy.SchemaVersion
+	j = pushJob{pp: pp, target: pp.target, rev: policy.SchemaVersion}
 	if pp.state.SchemaKnown {
-		rev = pp.state.SchemaVersion
+		j.rev = pp.state.SchemaVersion
 	}
-	ctx, pp.cancel = context.WithCancel(ctx)
-	return pp, pp.target, rev, ctx, true
+	if !pp.queued.IsZero() {
+		j.waited = p.opts.Clock.Since(pp.queued)
+		pp.queued = time.Time{}
+	}
+	j.ctx, pp.cancel = context.WithCancel(ctx)
+	pp.inFlight = pp.target
+	return j, true
 }
 
 // record folds an attempt into the pod's state; false when the pod was

@@ -545,3 +545,39 @@ func withWorkers(o PusherOptions, n int) PusherOptions {
 	o.Workers = n
 	return o
 }
+
+// A resync asked for while the same version's push to the pod is in
+// flight is answered by that push: the pod is looked at once more and,
+// being current, not pushed again (it would re-apply what it just
+// acknowledged).
+func TestPusherAResyncDuringThePushOfItsVersionPushesOnce(t *testing.T) {
+	arrived, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	hold := func(inner http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			once.Do(func() { close(arrived) })
+			<-release
+			inner.ServeHTTP(w, r)
+		})
+	}
+	d := newDispatcherServer(t, serverOptions{token: "tok", wrap: hold})
+	h := startPusher(t, writeToken(t, "tok"))
+	h.p.Sync(testPool, []Target{target("u1", d, 1)}, false)
+	<-arrived
+	h.p.Sync(testPool, []Target{target("u1", d, 1)}, true)
+	close(release)
+	h.next(t)
+	h.expect(t, "u1", pushDone)
+	h.expect(t, "u1", pushSkipped)
+	h.idle(t)
+	if got := d.putCount(); got != 1 {
+		t.Errorf("PUTs = %d, want 1: the resync came while version 1 was being pushed", got)
+	}
+	// A resync of a version not in flight pushes, although it is current.
+	h.p.Sync(testPool, []Target{target("u1", d, 1)}, true)
+	h.next(t)
+	h.expect(t, "u1", pushDone)
+	if got := d.putCount(); got != 2 {
+		t.Errorf("PUTs = %d, want 2 (the push and the later resync)", got)
+	}
+}

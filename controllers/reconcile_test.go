@@ -477,3 +477,110 @@ func TestQuotaReconcile(t *testing.T) {
 		})
 	}
 }
+
+// The periodic resync comes a period after the last resync or the last
+// new version, whichever is later: a new version is pushed to every pod,
+// so a resync soon after it would only make each re-apply it.
+func TestResyncIsAPeriodAfterTheLastNewVersion(t *testing.T) {
+	ctx := context.Background()
+	objs := seedWorld()
+	c := newFakeClient(t, objs, interceptor.Funcs{})
+	clk := clocktesting.NewFakePassiveClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	p := &fakePusher{}
+	r := &PoolReconciler{Client: c, Recorder: events.NewFakeRecorder(100), Clock: clk, Pusher: p,
+		ResyncPeriod: time.Minute, MeasuredMinCompletions: 20, MeasuredTolerance: 0.1, UnreachableStrike: 3}
+	type step struct {
+		at         time.Duration // since the start
+		deletePod  string        // a model pod deleted before the reconcile
+		wantResync bool
+		wantAfter  time.Duration
+	}
+	steps := []step{
+		{at: 0, wantAfter: time.Minute}, // the first version: every pod is pushed
+		{at: 50 * time.Second, deletePod: "vllm-5", wantAfter: time.Minute},
+		{at: 70 * time.Second, wantAfter: 40 * time.Second}, // a minute after the first, 20 s after the new version
+		{at: 110 * time.Second, wantResync: true, wantAfter: time.Minute},
+	}
+	start := clk.Now()
+	var versions []int64
+	for i, s := range steps {
+		clk.SetTime(start.Add(s.at))
+		if s.deletePod != "" {
+			if err := c.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: seed.Namespace, Name: s.deletePod}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		res, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: seedKey})
+		if err != nil {
+			t.Fatalf("step %d: %v", i, err)
+		}
+		if p.resync != s.wantResync || res.RequeueAfter != s.wantAfter {
+			t.Errorf("step %d at +%s: resync %v, requeue after %s; want %v, %s", i, s.at, p.resync, res.RequeueAfter, s.wantResync, s.wantAfter)
+		}
+		versions = append(versions, p.pushed[0].Policy.Version)
+	}
+	if diff := cmp.Diff([]int64{1, 2, 2, 2}, versions); diff != "" {
+		t.Errorf("versions pushed (-want +got):\n%s", diff)
+	}
+}
+
+// A status change without a new version (here the dispatchers' acks) waits
+// up to StatusDelay for its write, and the pool is requeued for it; a new
+// version is written at once, with what waited.
+func TestPoolStatusWithoutANewVersionWaits(t *testing.T) {
+	ctx := context.Background()
+	writes := 0
+	c := newFakeClient(t, seedWorld(), interceptor.Funcs{SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, p client.Patch, opts ...client.SubResourcePatchOption) error {
+		if _, ok := obj.(*v1alpha1.ModelPool); ok {
+			writes++
+		}
+		return c.Status().Patch(ctx, obj, p, opts...)
+	}})
+	clk := clocktesting.NewFakePassiveClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	p := &fakePusher{}
+	r := &PoolReconciler{Client: c, Recorder: events.NewFakeRecorder(100), Clock: clk, Pusher: p, StatusDelay: 500 * time.Millisecond,
+		ResyncPeriod: time.Minute, MeasuredMinCompletions: 20, MeasuredTolerance: 0.1, UnreachableStrike: 3}
+	acked := func(v int64) []PodState {
+		return []PodState{{UID: "uid-d-0", Name: "d-0", AckedVersion: v, Result: PushOK}, {UID: "uid-d-1", Name: "d-1", AckedVersion: v, Result: PushOK}}
+	}
+	type step struct {
+		after     time.Duration // since the previous step
+		states    []PodState
+		deletePod string
+		// want: the pool's status writes so far, the requeue, and what
+		// the stored status says.
+		writes          int
+		requeue         time.Duration
+		version, synced int64
+	}
+	steps := []step{
+		{writes: 1, requeue: time.Minute, version: 1, synced: 0},                                                 // a new version: at once
+		{after: 10 * time.Millisecond, states: acked(1), writes: 1, requeue: 500 * time.Millisecond, version: 1}, // acks wait
+		{after: 200 * time.Millisecond, states: acked(1), writes: 1, requeue: 300 * time.Millisecond, version: 1},
+		{after: 300 * time.Millisecond, states: acked(1), writes: 2, requeue: time.Minute - 510*time.Millisecond, version: 1, synced: 2},
+		{after: time.Second, states: acked(2), writes: 2, requeue: 500 * time.Millisecond, version: 1, synced: 2}, // "acked 2" is no version in force
+		{after: 100 * time.Millisecond, states: acked(2), deletePod: "vllm-5", writes: 3, requeue: time.Minute, version: 2, synced: 2},
+	}
+	for i, s := range steps {
+		clk.SetTime(clk.Now().Add(s.after))
+		if s.deletePod != "" {
+			if err := c.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: seed.Namespace, Name: s.deletePod}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		p.states = s.states
+		res, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: seedKey})
+		if err != nil {
+			t.Fatalf("step %d: %v", i, err)
+		}
+		var pool v1alpha1.ModelPool
+		if err := c.Get(ctx, seedKey, &pool); err != nil {
+			t.Fatal(err)
+		}
+		got := step{after: s.after, states: s.states, deletePod: s.deletePod, writes: writes, requeue: res.RequeueAfter,
+			version: pool.Status.PolicyVersion, synced: int64(pool.Status.Dispatchers.Synced)}
+		if diff := cmp.Diff(s, got, cmp.AllowUnexported(step{})); diff != "" {
+			t.Errorf("step %d (-want +got):\n%s", i, diff)
+		}
+	}
+}

@@ -3,7 +3,9 @@ package controllers
 import (
 	"context"
 	"sync"
+	"time"
 
+	"github.com/go-logr/logr"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -107,12 +109,17 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Config) error {
 		UnreachableStrike:      opts.UnreachableStrike,
 		PrometheusAddress:      opts.PrometheusAddress,
 		JWKS:                   jwks,
+		StatusDelay:            poolStatusDelay,
 	}
 	if opts.PushTokenSecret.Name != "" {
 		pools.TokenSecret = opts.PushTokenSecret.String()
 	}
 	pools.quotaStatus = newStatusBatches(mgr.GetLogger().WithName("quota-status"), opts.Clock)
 	if err := mgr.Add(pools.quotaStatus); err != nil {
+		return err
+	}
+	pools.tierStatus = newLatestWrites(mgr.GetLogger().WithName("tier-status"))
+	if err := mgr.Add(pools.tierStatus); err != nil {
 		return err
 	}
 	if err := setupPoolController(mgr, pools, notes, opts.MaxConcurrentReconciles); err != nil {
@@ -126,6 +133,10 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Config) error {
 		Complete(&QuotaReconciler{Client: c, Clock: opts.Clock})
 }
 
+// poolStatusDelay is how long a pool status change that carries no new
+// policy version may wait for its write (PoolReconciler.StatusDelay).
+const poolStatusDelay = 500 * time.Millisecond
+
 // setupPoolController reconciles a pool on a change of anything its bounds
 // or its policy depend on, and after every push attempt.
 func setupPoolController(mgr ctrl.Manager, pools *PoolReconciler, notes *notifier, workers int) error {
@@ -138,7 +149,7 @@ func setupPoolController(mgr ctrl.Manager, pools *PoolReconciler, notes *notifie
 		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(secretToPools(c))).
 		Watches(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(poolsByIndex(c, indexPoolJWKSMap))).
 		Watches(&appsv1.Deployment{}, handler.EnqueueRequestsFromMapFunc(poolsByIndex(c, indexPoolDeployment))).
-		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podToPools(c)), builder.WithPredicates(podChanged())).
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podToPools(c, mgr.GetLogger().WithName("pods"))), builder.WithPredicates(podChanged())).
 		WatchesRawSource(source.Channel(notes.out, &handler.EnqueueRequestForObject{})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: workers}).
 		Complete(pools)
@@ -213,7 +224,9 @@ func secretToPools(c client.Reader) handler.MapFunc {
 }
 
 // podToPools maps a pod to the pools it is a dispatcher or a model pod of.
-func podToPools(c client.Reader) handler.MapFunc {
+// A terminating pod's event is logged at V(1): it starts the path whose
+// latency a drop from the policies has (docs/architecture.md).
+func podToPools(c client.Reader, lg logr.Logger) handler.MapFunc {
 	return func(ctx context.Context, o client.Object) []ctrl.Request {
 		var pools v1alpha1.ModelPoolList
 		if err := c.List(ctx, &pools, client.InNamespace(o.GetNamespace())); err != nil {
@@ -231,6 +244,9 @@ func podToPools(c client.Reader) handler.MapFunc {
 			if match {
 				out = append(out, poolRequest(p.Namespace, p.Name))
 			}
+		}
+		if o.GetDeletionTimestamp() != nil && len(out) > 0 {
+			lg.V(1).Info("terminating pod: queueing its pools", "namespace", o.GetNamespace(), "pod", o.GetName(), "pools", len(out))
 		}
 		return out
 	}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -443,4 +444,25 @@ func slotlessDispatchers(v poolView) (bool, string, string) {
 		"%d of %d healthy dispatchers %s no slot: the pool has %d slots and Local mode gives each dispatcher a whole number of them; %s %s NotReady so the Service routes around %s. "+
 			"Set spec.sharedState: Redis to share every slot among all dispatchers, or run at most %d dispatcher replicas%s",
 		len(idle), healthy, verbs[0], p, listNames(idle), verbs[1], verbs[2], p, excl)
+}
+
+// replicasMoving reports whether the model Deployment has pods on their
+// way that the backends do not count yet: more replicas wanted or running
+// than Ready, serving pods listed (a scale-up, a rollout's surge, a pod
+// that does not turn Ready). The bounds then go on moving as pods turn
+// Ready, so the statuses for people wait for the change to settle
+// (statusBatches). A Deployment whose own status lags its pods' (it still
+// counts pods whose deletion began) is moving until its status catches
+// up. No Deployment is settled: nothing is coming. A pool at zero is
+// settled too: what it holds for its first replica is what people wait
+// to see, and the statuses stay put until that replica is Ready.
+func replicasMoving(dep *appsv1.Deployment, backends int) bool {
+	if dep == nil || backends == 0 {
+		return false
+	}
+	want := int32(1)
+	if dep.Spec.Replicas != nil {
+		want = *dep.Spec.Replicas
+	}
+	return int64(max(want, dep.Status.Replicas)) > int64(backends)
 }

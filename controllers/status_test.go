@@ -7,7 +7,9 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/tiergate/tiergate/api/v1alpha1"
 	"github.com/tiergate/tiergate/capacity"
@@ -375,6 +377,38 @@ func TestBoundChanges(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			if got := boundChanges(tc.before, after); got != tc.want {
 				t.Errorf("boundChanges = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestReplicasMoving: a pool is moving while its Deployment wants or runs
+// more replicas than Ready backends are listed, except at zero backends.
+func TestReplicasMoving(t *testing.T) {
+	dep := func(spec *int32, running int32) *appsv1.Deployment {
+		return &appsv1.Deployment{Spec: appsv1.DeploymentSpec{Replicas: spec}, Status: appsv1.DeploymentStatus{Replicas: running}}
+	}
+	six, three := ptr.To[int32](6), ptr.To[int32](3)
+	tests := map[string]struct {
+		dep      *appsv1.Deployment
+		backends int
+		want     bool
+	}{
+		"no Deployment":                         {nil, 0, false},
+		"settled at 6":                          {dep(six, 6), 6, false},
+		"scaling up: 6 wanted, 3 Ready":         {dep(six, 6), 3, true},
+		"scaling up before the ReplicaSet acts": {dep(six, 3), 3, true},
+		"scaling down: status still counts 6":   {dep(three, 6), 3, true},
+		"scaled down, status caught up":         {dep(three, 3), 3, false},
+		"more backends listed than wanted":      {dep(three, 3), 4, false},
+		"at zero, a replica on its way":         {dep(six, 6), 0, false},
+		"no spec.replicas means 1":              {dep(nil, 0), 1, false},
+		"no spec.replicas, 2 running, 1 Ready":  {dep(nil, 2), 1, true},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			if got := replicasMoving(tc.dep, tc.backends); got != tc.want {
+				t.Errorf("replicasMoving = %v, want %v", got, tc.want)
 			}
 		})
 	}

@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -13,11 +14,13 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 )
 
-// TestStatusBatches: the worker writes each pool's latest batch once the
-// pool has been quiet for quotaQuiet, and at the latest quotaMaxDelay
-// after the first batch still pending; a batch replaced before it began
-// is never written; a failed batch is logged (at V(1)) and the worker goes
-// on; submit never blocks, and Start returns when its context ends.
+// TestStatusBatches: the worker writes a settled pool's latest batch once
+// the pool has been quiet for statusQuiet, a moving pool's once it has
+// been quiet for movingQuiet (a batch of the content pending is no
+// change), and either at the latest statusMaxStale after
+// the first batch still pending; a batch replaced before it began is never
+// written; a failed batch is logged (at V(1)) and the worker goes on;
+// submit never blocks, and Start returns when its context ends.
 func TestStatusBatches(t *testing.T) {
 	var logMu sync.Mutex
 	var logs []string
@@ -60,7 +63,7 @@ func TestStatusBatches(t *testing.T) {
 	}
 	expect := func(want ...string) {
 		t.Helper()
-		for range len(want) - len(got()) {
+		for len(got()) < len(want) {
 			select {
 			case <-written:
 			case <-time.After(5 * time.Second):
@@ -72,29 +75,67 @@ func TestStatusBatches(t *testing.T) {
 		}
 	}
 
-	b.submit(a, record("a1", nil))
-	b.submit(c, record("c1", errors.New("conflict")))
+	// Every batch's content differs but where a test says so.
+	n := 0
+	settled := func(name string, err error) statusBatch {
+		n++
+		return statusBatch{write: record(name, err), settled: true, content: n}
+	}
+	moving := func(name string) statusBatch { n++; return statusBatch{write: record(name, nil), content: n} }
+	b.submit(a, settled("a1", nil))
+	b.submit(c, settled("c1", errors.New("conflict")))
 	step(500 * time.Millisecond)
-	b.submit(a, record("a2", nil)) // a is quiet from here
-	step(500 * time.Millisecond)   // c quiet for 1 s
+	b.submit(a, settled("a2", nil)) // a is quiet from here
+	step(500 * time.Millisecond)    // c quiet for 1 s
 	expect("c1")
 	step(time.Second) // a quiet for 1 s: a2, never a1
 	expect("c1", "a2")
 
-	// A pool that never goes quiet is written quotaMaxDelay after its
-	// first pending batch.
-	for i := range 6 {
-		b.submit(c, record("c"+string(rune('2'+i)), nil))
+	// A moving pool waits for movingQuiet, however many batches come
+	// before: a scale-up's versions, 0.9 s apart for 9 s, are written once.
+	for i := range 10 {
+		b.submit(a, moving(fmt.Sprintf("a-moving-%d", i)))
 		step(900 * time.Millisecond)
 	}
-	expect("c1", "a2", "c7")
+	step(9 * time.Second) // 9.9 s after the last: not yet
+	b.submit(c, settled("c2", nil))
+	step(100 * time.Millisecond) // a's 10 s
+	expect("c1", "a2", "a-moving-9")
+	// The pool settles: its batch goes out a quiet second after, even
+	// behind a moving one.
+	b.submit(a, moving("a-moving-10"))
+	step(500 * time.Millisecond)
+	b.submit(a, settled("a3", nil))
+	step(400 * time.Millisecond) // c's second
+	expect("c1", "a2", "a-moving-9", "c2")
+	step(600 * time.Millisecond)
+	expect("c1", "a2", "a-moving-9", "c2", "a3")
+
+	// Batches of the same content (resyncs, acks) do not restart the
+	// quiet second: the first of them is due a second after it came.
+	same := func(name string) statusBatch {
+		return statusBatch{write: record(name, nil), settled: true, content: "bounds"}
+	}
+	b.submit(a, same("a-same-0"))
+	step(600 * time.Millisecond)
+	b.submit(a, same("a-same-1"))
+	step(400 * time.Millisecond)
+	expect("c1", "a2", "a-moving-9", "c2", "a3", "a-same-1")
+
+	// A pool that never goes quiet is written statusMaxStale after its
+	// first pending batch.
+	for i := range 60 {
+		b.submit(c, moving(fmt.Sprintf("c-moving-%d", i)))
+		step(time.Second)
+	}
+	expect("c1", "a2", "a-moving-9", "c2", "a3", "a-same-1", "c-moving-59")
 	cancel()
 	if err := <-done; err != nil {
 		t.Errorf("Start: %v", err)
 	}
 	logMu.Lock()
 	defer logMu.Unlock()
-	wantLogs := []string{`"level"=1 "msg"="writing TenantQuota statuses failed; the next reconcile writes them" "pool"="ns/c" "err"="conflict"`}
+	wantLogs := []string{`"level"=1 "msg"="writing the tiers' and quotas' statuses failed; the next reconcile writes them" "pool"="ns/c" "err"="conflict"`}
 	if diff := cmp.Diff(wantLogs, logs); diff != "" {
 		t.Errorf("logs (-want +got):\n%s", diff)
 	}

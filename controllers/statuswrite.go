@@ -70,6 +70,9 @@ func patchStatus[S any](ctx context.Context, c client.Client, obj client.Object,
 func (r *PoolReconciler) writePoolStatus(ctx context.Context, pool *v1alpha1.ModelPool, st v1alpha1.ModelPoolStatus, c computed, mem *statusMemory) error {
 	old := *pool.Status.DeepCopy()
 	readAt := pool.ResourceVersion
+	if !mem.reported.set && old.ObservedGeneration != 0 {
+		mem.reported = markOf(old) // a restarted controller reports from here
+	}
 	wrote, err := patchStatus(ctx, r.Client, pool, &pool.Status, st, optimisticLock)
 	if err != nil || !wrote {
 		return err
@@ -113,6 +116,9 @@ type statusMemory struct {
 	superseded map[string]bool
 	// written is the pool the last write returned.
 	written *v1alpha1.ModelPool
+	// reported is the pool's scale as the last ScaledPool event (or the
+	// first status seen) gave it.
+	reported scaleMark
 }
 
 // wrote records a status write from the pool read at readAt, which
@@ -179,10 +185,6 @@ func (r *PoolReconciler) poolEvents(pool *v1alpha1.ModelPool, old, cur v1alpha1.
 // changeEvents records the Normal events of values that changed in a
 // status written before; the first write is no change.
 func (r *PoolReconciler) changeEvents(pool *v1alpha1.ModelPool, old, cur v1alpha1.ModelPoolStatus, c computed) {
-	if old.PoolConcurrency != cur.PoolConcurrency && old.ObservedGeneration != 0 {
-		r.Recorder.Eventf(pool, nil, corev1.EventTypeNormal, "ScaledPool", "ComputeBounds",
-			"pool concurrency %d→%d (%d→%d ready replicas)", old.PoolConcurrency, cur.PoolConcurrency, old.ReadyReplicas, cur.ReadyReplicas)
-	}
 	if old.DesiredReplicas != cur.DesiredReplicas && old.ObservedGeneration != 0 {
 		r.Recorder.Eventf(pool, nil, corev1.EventTypeNormal, "DesiredReplicas", "ComputeDemand",
 			"desired replicas %d→%d: %s requests/s offered, %d queued or held", old.DesiredReplicas, cur.DesiredReplicas, c.demand.OfferedLoadString, c.demand.Queued)
@@ -211,43 +213,31 @@ var eventAction = map[string]string{
 	v1alpha1.ModelPoolTenantHeaderUnprotected:           "Authenticate",
 }
 
-// writeTierStatus writes each tier's status where it changed; a tier
-// deleted meanwhile is skipped.
-func (r *PoolReconciler) writeTierStatus(ctx context.Context, pool *v1alpha1.ModelPool, obs *observed, bounds capacity.Bounds, stamp metav1.Time) error {
+// tierWants are the tiers' statuses for bounds, in obs.tiers' order.
+func tierWants(obs *observed, bounds capacity.Bounds, stamp metav1.Time) []v1alpha1.ServiceTierStatus {
 	byName := map[string]capacity.TierBounds{}
 	for _, tb := range bounds.Tiers {
 		byName[tb.Name] = tb
 	}
-	before := map[string]int32{}
+	want := make([]v1alpha1.ServiceTierStatus, len(obs.tiers))
 	for i := range obs.tiers {
-		before[obs.tiers[i].Name] = obs.tiers[i].Status.QueueBound
-	}
-	err := inParallel(len(obs.tiers), func(i int) error {
 		t := &obs.tiers[i]
-		st := desiredTierStatus(t.Status, t.Generation, byName[t.Name], bounds.Pool, stamp)
-		_, err := patchStatus(ctx, r.Client, t, &t.Status, st, lastWriteWins)
-		return client.IgnoreNotFound(err)
-	})
-	if err != nil {
-		return err
+		want[i] = desiredTierStatus(t.Status, t.Generation, byName[t.Name], bounds.Pool, stamp)
 	}
-	if msg := boundChanges(before, bounds.Tiers); msg != "" && r.Recorder != nil {
-		r.Recorder.Eventf(pool, nil, corev1.EventTypeNormal, "ScaledBounds", "ComputeBounds", "%s", msg)
-	}
-	return nil
+	return want
 }
 
-// writeQuotaStatus writes each quota's status where it changed; a quota
-// deleted meanwhile is skipped.
-func (r *PoolReconciler) writeQuotaStatus(ctx context.Context, pool *v1alpha1.ModelPool, obs *observed, bounds capacity.Bounds, stamp metav1.Time) error {
+// quotaWants are the quotas' statuses for bounds, in obs.quotas' order.
+func quotaWants(pool *v1alpha1.ModelPool, obs *observed, bounds capacity.Bounds, stamp metav1.Time) []v1alpha1.TenantQuotaStatus {
 	byQuota := map[string]capacity.TenantBounds{}
 	for _, tb := range bounds.Tenants {
 		byQuota[tb.QuotaName] = tb
 	}
-	return inParallel(len(obs.quotas), func(i int) error {
+	want := make([]v1alpha1.TenantQuotaStatus, len(obs.quotas))
+	for i := range obs.quotas {
 		q := &obs.quotas[i]
 		ss := obs.secretState[q.Name]
-		st := desiredQuotaStatus(q.Status, quotaView{
+		want[i] = desiredQuotaStatus(q.Status, quotaView{
 			Generation:       q.Generation,
 			Pool:             pool.Name,
 			Tenant:           byQuota[q.Name],
@@ -259,7 +249,46 @@ func (r *PoolReconciler) writeQuotaStatus(ctx context.Context, pool *v1alpha1.Mo
 			OwnLimits:        q.Spec.Limits,
 			SharedState:      pool.Spec.SharedState,
 		}, stamp)
-		_, err := patchStatus(ctx, r.Client, q, &q.Status, st, lastWriteWins)
+	}
+	return want
+}
+
+// writeTierStatus writes want (tierWants) as the tiers' statuses where
+// they changed and records a ScaledBounds event when a bound moved; a
+// tier deleted meanwhile is skipped. Each write waits for pace, when not
+// nil.
+func (r *PoolReconciler) writeTierStatus(ctx context.Context, pool *v1alpha1.ModelPool, obs *observed, want []v1alpha1.ServiceTierStatus, bounds capacity.Bounds, pace *pacer) error {
+	before := map[string]int32{}
+	for i := range obs.tiers {
+		before[obs.tiers[i].Name] = obs.tiers[i].Status.QueueBound
+	}
+	err := inParallel(len(obs.tiers), func(i int) error {
+		t := &obs.tiers[i]
+		if err := pace.before(ctx, t.Status, want[i]); err != nil {
+			return err
+		}
+		_, err := patchStatus(ctx, r.Client, t, &t.Status, want[i], lastWriteWins)
+		return client.IgnoreNotFound(err)
+	})
+	if err != nil {
+		return err
+	}
+	if msg := boundChanges(before, bounds.Tiers); msg != "" && r.Recorder != nil {
+		r.Recorder.Eventf(pool, nil, corev1.EventTypeNormal, "ScaledBounds", "ComputeBounds", "%s", msg)
+	}
+	return nil
+}
+
+// writeQuotaStatus writes want (quotaWants) as the quotas' statuses where
+// they changed; a quota deleted meanwhile is skipped. Each write waits for
+// pace, when not nil.
+func (r *PoolReconciler) writeQuotaStatus(ctx context.Context, obs *observed, want []v1alpha1.TenantQuotaStatus, pace *pacer) error {
+	return inParallel(len(obs.quotas), func(i int) error {
+		q := &obs.quotas[i]
+		if err := pace.before(ctx, q.Status, want[i]); err != nil {
+			return err
+		}
+		_, err := patchStatus(ctx, r.Client, q, &q.Status, want[i], lastWriteWins)
 		return client.IgnoreNotFound(err)
 	})
 }
@@ -285,4 +314,35 @@ func inParallel(n int, f func(i int) error) error {
 	}
 	wg.Wait()
 	return errors.Join(errs...)
+}
+
+// scaleMark is a pool's scale as a ScaledPool event states it.
+type scaleMark struct {
+	concurrency, ready int32
+	set                bool
+}
+
+func markOf(st v1alpha1.ModelPoolStatus) scaleMark {
+	return scaleMark{concurrency: st.PoolConcurrency, ready: st.ReadyReplicas, set: true}
+}
+
+// scaledPool records a ScaledPool event when a settled pool's concurrency
+// differs from the one last reported: one event per change of scale, not
+// one per policy version on the way (a scale-up of 500 pods goes through
+// dozens). The first status seen is no change.
+func (r *PoolReconciler) scaledPool(pool *v1alpha1.ModelPool, b capacity.PoolBounds, moving bool, mem *statusMemory) {
+	// From the bounds, which the pool's status states, whether or not
+	// this reconcile wrote it.
+	cur := scaleMark{concurrency: b.Concurrency, ready: b.ReadyReplicas, set: true}
+	switch {
+	case !mem.reported.set:
+		mem.reported = cur
+	case moving || cur.concurrency == mem.reported.concurrency:
+	default:
+		if r.Recorder != nil {
+			r.Recorder.Eventf(pool, nil, corev1.EventTypeNormal, "ScaledPool", "ComputeBounds",
+				"pool concurrency %d→%d (%d→%d ready replicas)", mem.reported.concurrency, cur.concurrency, mem.reported.ready, cur.ready)
+		}
+		mem.reported = cur
+	}
 }

@@ -36,9 +36,10 @@ import (
 // (no 502 from a terminating pod: the sample's preStop sleep, which the
 // pod network plays, outlasts the push); each deleted pod is out of
 // every dispatcher's policy within dropCeiling of the test seeing its
-// deletion begin (logged against the 100 ms target); no version is applied twice by a dispatcher (the resync is set
-// far beyond the test); and the controller logs no error (a status-write
-// conflict is retried quietly).
+// deletion begin (the median is logged against issue 24's 100 ms); no
+// version is applied twice by a dispatcher (the resync is set far beyond the test);
+// and the controller logs no error (a status-write conflict is retried
+// quietly).
 func TestModelPoolFollowsScale(t *testing.T) {
 	p := startPool(t)
 	ns, ds, w := p.ns, p.ds, p.w
@@ -109,16 +110,27 @@ func checkNoDuplicateApplies(t *testing.T, logs [][]applied) {
 	}
 }
 
-// dropCeiling is what checkDropLatency asserts. The target is 100 ms
-// (issue 24); on the shared 2-core test machine the measured p50 is
-// 80-170 ms, so the assertion holds the ceiling the sample's 1s preStop
-// (5s in the sample itself) leaves ample room within, and the figures are
-// logged against the target.
-const dropCeiling = 500 * time.Millisecond
+// dropCeiling is what checkDropLatency asserts on every deletion of a
+// run; issue 24's target, 100 ms, is logged against the median, not
+// asserted. A drop's path is the pod event, one reconcile (cache reads,
+// then the pool status write that persists the new version before any
+// push) and one PUT per dispatcher. The status write is an API round trip:
+// 10-50 ms on this shared 2-core machine when it is not saturated, 70-180
+// ms at a load average of 10-20, which is common here. A scale-down's
+// ReplicaSet deletes its pods 10-40 ms apart, so they take two reconciles,
+// the second waiting for the first's write: two round trips. Measured at
+// load averages of 9-19: medians 47-166 ms, maxima 47-166 ms (47-63 ms
+// when all or one deletion had a reconcile to itself). So 100 ms on the
+// median would fail on a loaded machine; 300 ms holds there, and leaves
+// the preStop sleep (1 s here, 5 s in the sample) ample room.
+const (
+	dropTarget  = 100 * time.Millisecond
+	dropCeiling = 300 * time.Millisecond
+)
 
 // checkDropLatency: each deleted pod (want of them) was out of every
 // dispatcher's policy within dropCeiling; the latencies' p50, p99 and max
-// are logged.
+// are logged, the p50 against dropTarget.
 func checkDropLatency(t *testing.T, w *policyWatch, logs [][]applied, dels []deletion, until time.Time, want int) {
 	t.Helper()
 	if len(dels) != want {
@@ -137,8 +149,9 @@ func checkDropLatency(t *testing.T, w *policyWatch, logs [][]applied, dels []del
 		}
 		lat = append(lat, l)
 	}
-	t.Logf("deleted pod out of every dispatcher's policy after its deletion began: p50 %s, p99 %s, max %s (%d pods)",
-		percentile(lat, 0.5).Round(time.Millisecond), percentile(lat, 0.99).Round(time.Millisecond), percentile(lat, 1).Round(time.Millisecond), len(lat))
+	t.Logf("deleted pod out of every dispatcher's policy after its deletion began: p50 %s (target %s), p99 %s, max %s (asserted <= %s) over %d pods",
+		percentile(lat, 0.5).Round(time.Millisecond), dropTarget, percentile(lat, 0.99).Round(time.Millisecond),
+		percentile(lat, 1).Round(time.Millisecond), dropCeiling, len(lat))
 }
 
 // checkControllerQuiet: the controller logged nothing at error level

@@ -26,6 +26,11 @@
 // logs the controller's user only (kube-apiserver's
 // apiserver_request_total has no label for the client).
 //
+// SCALE_PROFILE=dir also takes a CPU profile of the controller over
+// SCALE_PROFILE_FOR (20s) from each `kubectl scale` (its
+// --pprof-bind-address); SCALE_CONTROLLER_LOG=file runs it at
+// --zap-log-level=debug and writes its whole log there at the end.
+//
 // The files without _test are pure parsing and arithmetic over those
 // sources (dispatcher log lines, /proc, metrics, audit events), unit
 // tested on their own.

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tiergate/tiergate/internal/testutil"
 )
 
 // EnableEnv runs TestClusterScale when set to 1; `make bench-cluster`
@@ -25,6 +27,14 @@ type config struct {
 	ControllerQPS int
 	// Out, when set, is where the figures are written as JSON.
 	Out string
+	// Profile, when set, is a directory that gets a CPU profile of the
+	// controller for each change (cpu-<n>-<from>-<to>.pprof), taken over
+	// ProfileFor from just before `kubectl scale`.
+	Profile    string
+	ProfileFor time.Duration
+	// ControllerLog, when set, is a file that gets the controller's whole
+	// log, run at --zap-log-level=debug (its V(1) lines time each reconcile).
+	ControllerLog string
 }
 
 func configFromEnv(t *testing.T) config {
@@ -34,6 +44,11 @@ func configFromEnv(t *testing.T) config {
 		Quotas: envInt(t, "SCALE_QUOTAS", 200), Rounds: envInt(t, "SCALE_ROUNDS", 3), Nodes: envInt(t, "SCALE_NODES", 10),
 		ColdStart: envDuration(t, "SCALE_COLD_START", 2*time.Second), TerminationDelay: envDuration(t, "SCALE_TERMINATION_DELAY", time.Second),
 		Quiet: envDuration(t, "SCALE_QUIET", 3*time.Second), PodCIDR: randomPodCIDR(), ControllerQPS: envInt(t, "SCALE_CONTROLLER_QPS", 0), Out: os.Getenv("SCALE_OUT"),
+		Profile: os.Getenv("SCALE_PROFILE"), ProfileFor: envDuration(t, "SCALE_PROFILE_FOR", 20*time.Second),
+		ControllerLog: os.Getenv("SCALE_CONTROLLER_LOG"),
+	}
+	if c.ProfileFor < time.Second {
+		t.Fatalf("SCALE_PROFILE_FOR %s must be at least 1s", c.ProfileFor)
 	}
 	if c.Pods < 2 || c.Dispatchers < 1 || c.Quotas < 0 || c.Rounds < 1 || c.Nodes < 1 || c.ControllerQPS < 0 {
 		t.Fatalf("SCALE_PODS %d (>= 2), SCALE_DISPATCHERS %d (>= 1), SCALE_QUOTAS %d (>= 0), SCALE_ROUNDS %d and SCALE_NODES %d (>= 1)",
@@ -93,7 +108,7 @@ func TestClusterScale(t *testing.T) {
 	var changes []change
 	for range cfg.Rounds {
 		for _, n := range []int{cfg.Pods / 2, cfg.Pods} {
-			c := b.scale(t, n)
+			c := b.scale(t, n, len(changes))
 			t.Logf("%s", c.line())
 			changes = append(changes, c)
 		}
@@ -120,14 +135,19 @@ func loadAverage() string {
 	return strings.Join(f[:3], " ")
 }
 
-// scale runs `kubectl scale` to n and waits for the change to end.
-func (b *bench) scale(t *testing.T, n int) change {
+// scale runs `kubectl scale` to n and waits for the change to end; the
+// i-th change is profiled when cfg.Profile says so.
+func (b *bench) scale(t *testing.T, n, i int) change {
 	t.Helper()
 	before := b.sample(t)
 	c := change{From: b.current, To: n, Start: time.Now()}
+	profiled := b.profile(t, fmt.Sprintf("cpu-%d-%d-%d.pprof", i, c.From, n))
 	b.kubectl.Must(t, "scale", "-n", ns, "deployment/llm", "--replicas="+strconv.Itoa(n))
 	c = b.awaitChange(t, c, 5*time.Minute)
 	c.measure(b, before, b.sample(t))
+	if err := <-profiled; err != nil {
+		t.Errorf("profiling the controller: %v", err)
+	}
 	return c
 }
 
@@ -205,7 +225,10 @@ func (b *bench) awaitChange(t *testing.T, c change, timeout time.Duration) chang
 	if err != nil {
 		t.Fatalf("the scale %d -> %d did not end within %s: %v (%s)\n%s", c.From, c.To, timeout, err, why, b.kc.Logs(20))
 	}
-	c.End = b.awaitQuiet(t, c)
+	b.awaitQuiet(t, c)
+	// The statuses for people follow the policy (a quiet second, at a
+	// paced 20 writes a second): they belong to this change, not the next.
+	c.End = b.awaitWritesQuiet(t)
 	b.current = c.To
 	return c
 }
@@ -223,9 +246,9 @@ func poll(timeout, period time.Duration, f func() error) error {
 	}
 }
 
-// awaitQuiet waits until no dispatcher applied a policy for c.Quiet and
-// returns when that quiet began (at most a minute on).
-func (b *bench) awaitQuiet(t *testing.T, c change) time.Time {
+// awaitQuiet waits until no dispatcher applied a policy for c.Quiet (at
+// most a minute on).
+func (b *bench) awaitQuiet(t *testing.T, c change) {
 	t.Helper()
 	deadline := time.Now().Add(time.Minute)
 	for {
@@ -236,8 +259,26 @@ func (b *bench) awaitQuiet(t *testing.T, c change) time.Time {
 			}
 		}
 		if time.Since(last) >= b.cfg.Quiet || time.Now().After(deadline) {
-			return time.Now()
+			return
 		}
 		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// awaitWritesQuiet waits until the controller has made no write for
+// cfg.Quiet by its own counter (at most two minutes on), and returns then.
+func (b *bench) awaitWritesQuiet(t *testing.T) time.Time {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	last, since := -1, time.Now()
+	for {
+		_, w := RESTClientRequests(testutil.Scrape(t, "http://"+b.ctrlMetrics+"/metrics"))
+		if w != last {
+			last, since = w, time.Now()
+		}
+		if time.Since(since) >= b.cfg.Quiet || time.Now().After(deadline) {
+			return time.Now()
+		}
+		time.Sleep(250 * time.Millisecond)
 	}
 }

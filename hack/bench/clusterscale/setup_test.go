@@ -48,6 +48,7 @@ type bench struct {
 
 	ctrl        *testutil.Process
 	ctrlMetrics string
+	ctrlPprof   string // "" unless cfg.Profile
 	ds          []*testutil.Dispatcher
 	pool        *poolWatch
 	rss         *rssPeak
@@ -241,8 +242,22 @@ func (b *bench) startController(t *testing.T, bin, token, dir string) {
 	if q := b.cfg.ControllerQPS; q > 0 {
 		args = append(args, "--kube-api-qps", strconv.Itoa(q), "--kube-api-burst", strconv.Itoa(2*q))
 	}
+	if b.cfg.Profile != "" {
+		b.ctrlPprof = testutil.FreeAddr(t, "127.0.0.1")
+		args = append(args, "--pprof-bind-address", b.ctrlPprof)
+	}
+	if b.cfg.ControllerLog != "" {
+		args = append(args, "--zap-log-level=debug", "--zap-time-encoding=rfc3339nano")
+	}
 	cmd := exec.Command(bin, args...)
 	b.ctrl = testutil.StartT(t, cmd, testutil.Options{Name: "tiergate controller", Grace: 10 * time.Second, LogBytes: 20000})
+	if path := b.cfg.ControllerLog; path != "" {
+		t.Cleanup(func() {
+			if err := os.WriteFile(path, []byte(b.ctrl.Output()), 0o644); err != nil {
+				t.Errorf("writing the controller's log: %v", err)
+			}
+		})
+	}
 	testutil.WaitHTTP(t, b.ctrl, "http://"+probe+"/readyz", http.StatusOK, 30*time.Second)
 	b.rss = sampleRSS(t, b.ctrl.Pid(), 100*time.Millisecond)
 }
