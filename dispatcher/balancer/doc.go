@@ -4,8 +4,8 @@
 // service.
 //
 // Passive health: every request ends with an Outcome (Done). A run of
-// Failed outcomes (5xx answers, broken responses) or of Unreachable ones
-// (refused connections) ejects the backend for a back-off that doubles
+// Failed outcomes (5xx answers, broken responses) or of Unreachable and
+// Dropped ones (refused connections, connections closed unanswered) ejects the backend for a back-off that doubles
 // with each ejection in a row, from Health.BaseEjection up to
 // Health.MaxEjection. When it ends the backend is half-open: Pick sends it
 // one probe request, whose success restores it and whose failure ejects it

@@ -14,8 +14,9 @@ type Health struct {
 	// FailuresToEject is how many Failed outcomes in a row eject a backend
 	// (default 5).
 	FailuresToEject int
-	// UnreachableToEject is how many Unreachable outcomes in a row eject a
-	// backend (default 1): a refused connection is unambiguous.
+	// UnreachableToEject is how many Unreachable or Dropped outcomes in a
+	// row eject a backend (default 1): a refused connection, or one the
+	// backend dropped unanswered, is unambiguous.
 	UnreachableToEject int
 	// BaseEjection is the first ejection's length; each ejection in a row
 	// doubles it, up to MaxEjection (defaults 1s and 30s).
@@ -64,7 +65,7 @@ func AddFlags(fs *flag.FlagSet, h *Health) {
 	fs.IntVar(&h.FailuresToEject, "backend-eject-after-failures", DefaultFailuresToEject,
 		"a backend that answers 5xx (or breaks a response) this many times in a row is ejected")
 	fs.IntVar(&h.UnreachableToEject, "backend-eject-after-unreachable", DefaultUnreachableToEject,
-		"a backend whose connection fails this many times in a row is ejected")
+		"a backend whose connection fails (refused, or closed or reset before an answer) this many times in a row is ejected")
 	fs.DurationVar(&h.BaseEjection, "backend-ejection-base", DefaultBaseEjection,
 		"length of a backend's first ejection; each ejection in a row doubles it")
 	fs.DurationVar(&h.MaxEjection, "backend-ejection-max", DefaultMaxEjection, "longest ejection")
@@ -84,6 +85,13 @@ const (
 	Unreachable
 	// Unknown means the client left first; nothing is learnt.
 	Unknown
+	// Dropped means the backend's connection closed or reset before it
+	// answered, as when its process or host is gone. It counts with
+	// Unreachable (a connection failure, as nginx's max_fails counts an
+	// error reading the response header), not with Failed: a crashed
+	// backend that failed one request ranks last and may never be dialled
+	// again, so waiting for a run of them would leave it in service.
+	Dropped
 )
 
 // Change is what Done did to the backend's health.
@@ -122,7 +130,7 @@ func (b *Balancer) Done(p Picked, o Outcome) Change {
 		if n := be.failed.Add(1); p.probe || int(n) >= b.cfg.FailuresToEject {
 			return b.eject(be)
 		}
-	case Unreachable:
+	case Unreachable, Dropped:
 		if n := be.unreachable.Add(1); p.probe || int(n) >= b.cfg.UnreachableToEject {
 			return b.eject(be)
 		}

@@ -76,6 +76,18 @@ func TestHealth(t *testing.T) {
 			ops:   []op{{done: "a:1", outcome: Unreachable, want: Change{Ejected: sec}}, {pick: "b:1", outcome: Answered}},
 			want:  []Load{{Address: "a:1", Ejected: true, Ejections: 1}, {Address: "b:1"}},
 		},
+		"a connection dropped unanswered ejects at once": {
+			addrs: []string{"a:1", "b:1"},
+			ops:   []op{{done: "a:1", outcome: Dropped, want: Change{Ejected: sec}}, {pick: "b:1", outcome: Answered}},
+			want:  []Load{{Address: "a:1", Ejected: true, Ejections: 1}, {Address: "b:1"}},
+		},
+		"dropped and refused connections are one run, 5xx answers another": {
+			addrs:  []string{"a:1", "b:1"},
+			health: Health{FailuresToEject: 3, UnreachableToEject: 2},
+			ops: script(failures("a:1", Failed, 2, 0), failures("a:1", Dropped, 1, 0),
+				[]op{{done: "a:1", outcome: Unreachable, want: Change{Ejected: sec}}}),
+			want: []Load{{Address: "a:1", Ejected: true, Ejections: 1}, {Address: "b:1"}},
+		},
 		"the counts are configurable": {
 			addrs:  []string{"a:1", "b:1"},
 			health: Health{FailuresToEject: 2, UnreachableToEject: 3, BaseEjection: 5 * sec},

@@ -5,9 +5,11 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/url"
+	"syscall"
 	"time"
 )
 
@@ -178,6 +180,19 @@ func (f *Forwarder) failure(ctx context.Context, err error) error {
 	default:
 		return fmt.Errorf("%w: %w", ErrNoAnswer, err)
 	}
+}
+
+// Dropped reports whether a failed exchange's backend connection ended
+// before an answer: closed (EOF) or reset by the backend's side, as when
+// its process or host is gone. A malformed answer or a timeout is not a
+// dropped connection: the backend is alive but wrong or slow.
+func Dropped(err error) bool {
+	if !errors.Is(err, ErrNoAnswer) {
+		return false
+	}
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.ECONNABORTED) ||
+		errors.Is(err, syscall.EPIPE)
 }
 
 // cutFailure is the error of an answer that broke after its head went to

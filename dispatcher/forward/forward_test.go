@@ -13,6 +13,7 @@ import (
 	"net/http/httptrace"
 	"net/textproto"
 	"net/url"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -421,15 +422,35 @@ func TestFailures(t *testing.T) {
 			_ = c.Close()
 		}
 	}
+	// reset closes the connection with an RST, as a crashed server's is.
+	reset := func(t *testing.T) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			_, _ = io.Copy(io.Discard, r.Body)
+			c, _, err := http.NewResponseController(w).Hijack()
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if err := c.(*net.TCPConn).SetLinger(0); err != nil {
+				t.Error(err)
+			}
+			_ = c.Close()
+		}
+	}
 	cases := map[string]struct {
-		handler    func(t *testing.T) http.HandlerFunc
-		wantErr    error
-		wantStatus int
-		wantMsg    string
+		handler     func(t *testing.T) http.HandlerFunc
+		wantErr     error
+		wantStatus  int
+		wantMsg     string
+		wantDropped bool
 	}{
 		"closed before answering": {
 			handler: func(t *testing.T) http.HandlerFunc { return hijack(t, "") },
-			wantErr: ErrNoAnswer, wantMsg: "forward: backend failed before answering: EOF",
+			wantErr: ErrNoAnswer, wantMsg: "forward: backend failed before answering: EOF", wantDropped: true,
+		},
+		"reset before answering": {
+			handler: reset,
+			wantErr: ErrNoAnswer, wantMsg: "forward: backend failed before answering: read tcp ADDR: read: connection reset by peer", wantDropped: true,
 		},
 		"not HTTP": {
 			handler: func(t *testing.T) http.HandlerFunc { return hijack(t, "SSH-2.0-OpenSSH\r\n\r\n") },
@@ -467,12 +488,18 @@ func TestFailures(t *testing.T) {
 			if !errors.Is(r.err, tc.wantErr) || r.status != tc.wantStatus {
 				t.Fatalf("Forward = %d, %v; want %d, %v", r.status, r.err, tc.wantStatus, tc.wantErr)
 			}
-			if r.err.Error() != tc.wantMsg {
-				t.Errorf("error %q, want %q", r.err, tc.wantMsg)
+			if msg := tcpAddrs.ReplaceAllString(r.err.Error(), "ADDR"); msg != tc.wantMsg {
+				t.Errorf("error %q, want %q", msg, tc.wantMsg)
+			}
+			if got := Dropped(r.err); got != tc.wantDropped {
+				t.Errorf("Dropped(%v) = %t, want %t", r.err, got, tc.wantDropped)
 			}
 		})
 	}
 }
+
+// tcpAddrs matches the "local->remote" pair of a *net.OpError's message.
+var tcpAddrs = regexp.MustCompile(`127\.0\.0\.1:\d+->127\.0\.0\.1:\d+`)
 
 func TestUnreachable(t *testing.T) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")

@@ -168,6 +168,8 @@ func outcomeOf(ctx context.Context, status int, err error) balancer.Outcome {
 		return balancer.Unreachable
 	case ctx.Err() != nil || errors.Is(err, forward.ErrClientGone):
 		return balancer.Unknown // the client left: nothing learnt
+	case forward.Dropped(err):
+		return balancer.Dropped
 	case err != nil || status >= 500:
 		return balancer.Failed
 	default:

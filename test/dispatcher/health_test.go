@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -174,5 +176,72 @@ func TestFailingBackendIsEjected(t *testing.T) {
 		t.Errorf("%d requests got the failing backend's 500 with %v ejections, want 5 to eject plus one per failed probe", lost, ejections)
 	case !ok && lost > 4:
 		t.Errorf("%d requests got the failing backend's 500 and it was never ejected", lost)
+	}
+}
+
+// One of two backends crashes on every request: it reads the request,
+// then resets the connection unanswered (SO_LINGER 0), as a server process
+// that died mid-request does. The request it took gets a 502
+// backend_error (its body reached the model, so it is not replayed), and
+// that one dropped connection ejects the backend at once: had it counted
+// as one 5xx of five, the failure would rank the backend last and light
+// traffic would never try it again. Then 100 requests at 20/s are served
+// but the probes of the back-off.
+func TestCrashedBackendIsEjected(t *testing.T) {
+	s := startSim(t, "--concurrency", "8", "--service-time", "const:50ms")
+	var reached atomic.Int64
+	crashed := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		reached.Add(1)
+		c, _, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		if err := c.(*net.TCPConn).SetLinger(0); err != nil {
+			t.Error(err)
+		}
+		_ = c.Close()
+	}))
+	defer crashed.Close()
+	addr := strings.TrimPrefix(crashed.URL, "http://")
+	d := startDispatcher(t, dispOpts{policy: basePolicy(1, 8, addr, s.Addr)})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	start := time.Now()
+	ejected := watchEjection(ctx, d, addr, start)
+
+	// Ties go round-robin: one of the first two requests reaches it.
+	var refusals []result
+	for i := 0; i < 2; i++ {
+		if r := d.fetch(ctx, t, call{tenant: "acme"}); r.code != http.StatusOK {
+			refusals = append(refusals, r)
+		}
+	}
+	if len(refusals) != 1 || reached.Load() != 1 {
+		t.Fatalf("%d refusals of 2 requests, the crashed backend reached %d times; want 1 and 1", len(refusals), reached.Load())
+	}
+	checkRefusal(t, refusals[0], wantRefusal{code: 502, typ: "backend_error", msg: "the model backend failed before answering", tier: "premium"})
+	select {
+	case after := <-ejected:
+		t.Logf("ejected %s after the first request, at its first dropped connection", after.Round(time.Millisecond))
+	case <-time.After(5 * time.Second):
+		t.Fatal("the crashed backend was not ejected after its dropped connection")
+	}
+
+	codes := paced(t, d, 100, 20, call{tenant: "acme"})
+	cancel()
+	served := count(codes, http.StatusOK)
+	ejections := d.Metrics(t)[`tiergate_backend_ejections_total{backend="`+addr+`",pool="default/llm"}`]
+	probes := reached.Load() - 1
+	t.Logf("then %d/100 served; the crashed backend probed %d times, %v ejections", served, probes, ejections)
+	if served+int(probes) != 100 || count(codes, http.StatusBadGateway) != int(probes) {
+		t.Errorf("codes %v: want 200s but one 502 for each of the %d probes", codes, probes)
+	}
+	if probes > 3 || ejections != float64(probes+1) {
+		t.Errorf("%d probes and %v ejections in 5 s of 1 s, 2 s, 4 s back-off; want at most 3 probes, each ejecting again", probes, ejections)
+	}
+	if st := d.stats(t); st.Queue.InFlight != 0 || st.Queue.DoubleReleases != 0 {
+		t.Errorf("queue after the run: %+v", st.Queue)
 	}
 }
