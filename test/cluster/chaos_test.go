@@ -38,8 +38,9 @@ const cutAnswer = "502 Bad Gateway backend_error"
 // is answered: 200, or 502 backend_error for one in flight when the crash
 // cut its connection (no more of those than the connections the crash
 // reset); a request whose dial the crashed address refused is retried on
-// another backend, and the dispatcher ejects the address (passive
-// health; its log says so). No policy had more slots than 4 × its
+// another backend. Every dispatcher that sent it a request after the
+// crash ejects the address at its first refused or dropped connection
+// (passive health; its log says so), and at least one does. No policy had more slots than 4 × its
 // backends, and the controller logged no error.
 func TestChaosPodFails(t *testing.T) {
 	p := startPool(t)
