@@ -21,6 +21,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/tiergate/tiergate/internal/testutil"
 )
 
 // result is what one Forward returned, as the front handler saw it.
@@ -422,21 +424,6 @@ func TestFailures(t *testing.T) {
 			_ = c.Close()
 		}
 	}
-	// reset closes the connection with an RST, as a crashed server's is.
-	reset := func(t *testing.T) http.HandlerFunc {
-		return func(w http.ResponseWriter, r *http.Request) {
-			_, _ = io.Copy(io.Discard, r.Body)
-			c, _, err := http.NewResponseController(w).Hijack()
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			if err := c.(*net.TCPConn).SetLinger(0); err != nil {
-				t.Error(err)
-			}
-			_ = c.Close()
-		}
-	}
 	cases := map[string]struct {
 		handler     func(t *testing.T) http.HandlerFunc
 		wantErr     error
@@ -449,7 +436,7 @@ func TestFailures(t *testing.T) {
 			wantErr: ErrNoAnswer, wantMsg: "forward: backend failed before answering: EOF", wantDropped: true,
 		},
 		"reset before answering": {
-			handler: reset,
+			handler: func(t *testing.T) http.HandlerFunc { return testutil.CrashAfterRead(t, nil) },
 			wantErr: ErrNoAnswer, wantMsg: "forward: backend failed before answering: read tcp ADDR: read: connection reset by peer", wantDropped: true,
 		},
 		"not HTTP": {

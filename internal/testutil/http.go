@@ -3,6 +3,7 @@ package testutil
 import (
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"testing"
 )
@@ -29,5 +30,26 @@ func GetJSON(t testing.TB, url, token string, v any) {
 	}
 	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
 		t.Fatalf("GET %s: %v", url, err)
+	}
+}
+
+// CrashAfterRead is a backend that dies mid-request: it reads the whole
+// request, calls reached (when not nil), then resets the connection
+// unanswered (SO_LINGER 0), as the host of a crashed server process does.
+func CrashAfterRead(t testing.TB, reached func()) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		if reached != nil {
+			reached()
+		}
+		c, _, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		if err := c.(*net.TCPConn).SetLinger(0); err != nil {
+			t.Error(err)
+		}
+		_ = c.Close()
 	}
 }

@@ -1,9 +1,13 @@
 package testutil
 
 import (
+	"errors"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync/atomic"
+	"syscall"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -52,5 +56,24 @@ func TestGetJSON(t *testing.T) {
 				t.Errorf("fatal, version (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// A client of CrashAfterRead sees its connection reset after the whole
+// body was read, and gets no answer.
+func TestCrashAfterRead(t *testing.T) {
+	var read atomic.Int32
+	srv := httptest.NewServer(CrashAfterRead(t, func() { read.Add(1) }))
+	defer srv.Close()
+	resp, err := srv.Client().Post(srv.URL, "application/json", strings.NewReader(`{"prompt":"hi"}`))
+	if err == nil {
+		resp.Body.Close()
+		t.Fatalf("got %s, want no answer", resp.Status)
+	}
+	if !errors.Is(err, syscall.ECONNRESET) {
+		t.Errorf("error %v, want ECONNRESET", err)
+	}
+	if n := read.Load(); n != 1 {
+		t.Errorf("reached %d times, want 1", n)
 	}
 }

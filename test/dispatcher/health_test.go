@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"github.com/tiergate/tiergate/dispatcher"
+	"github.com/tiergate/tiergate/internal/testutil"
 )
 
 // paced sends n requests at rate per second, each on its own goroutine,
@@ -190,19 +190,7 @@ func TestFailingBackendIsEjected(t *testing.T) {
 func TestCrashedBackendIsEjected(t *testing.T) {
 	s := startSim(t, "--concurrency", "8", "--service-time", "const:50ms")
 	var reached atomic.Int64
-	crashed := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body)
-		reached.Add(1)
-		c, _, err := http.NewResponseController(w).Hijack()
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		if err := c.(*net.TCPConn).SetLinger(0); err != nil {
-			t.Error(err)
-		}
-		_ = c.Close()
-	}))
+	crashed := httptest.NewServer(testutil.CrashAfterRead(t, func() { reached.Add(1) }))
 	defer crashed.Close()
 	addr := strings.TrimPrefix(crashed.URL, "http://")
 	d := startDispatcher(t, dispOpts{policy: basePolicy(1, 8, addr, s.Addr)})
