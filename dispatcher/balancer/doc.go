@@ -5,15 +5,16 @@
 //
 // Passive health: every request ends with an Outcome (Done). A run of
 // Failed outcomes (5xx answers, broken responses) or of Unreachable and
-// Dropped ones (refused connections, connections closed unanswered) ejects the backend for a back-off that doubles
-// with each ejection in a row, from Health.BaseEjection up to
-// Health.MaxEjection. When it ends the backend is half-open: Pick sends it
-// one probe request, whose success restores it and whose failure ejects it
-// again. The back-off starts over once a backend has stayed in service for
-// MaxEjection. A backend is never ejected when it is the last one in
-// service; if every backend is out anyway (the set changed), Pick uses the
-// one whose ejection ends first. Consecutive failures also count into a
-// backend's score, so one that fails fast never looks least loaded.
+// Dropped ones (refused connections, connections closed unanswered) ejects
+// the backend for a back-off that doubles with each ejection in a row,
+// from Health.BaseEjection up to Health.MaxEjection. When it ends the
+// backend is half-open: Pick sends it one probe request, whose success
+// restores it and whose failure ejects it again. The back-off starts over
+// once a backend has stayed in service for MaxEjection. A backend is never
+// ejected when it is the last one in service; if every backend is out
+// anyway (the set changed), Pick uses the one whose ejection ends first.
+// Consecutive failures also count into a backend's score, so one that
+// fails fast never looks least loaded.
 //
 // The package is pure: it imports no net/http and takes an injected clock.
 //
