@@ -4,16 +4,16 @@
 // come from the capacity package, which `tiergate simulate` shares.
 //
 //   - PoolReconciler (one reconcile per ModelPool) reads through the
-//     manager's cache (observe.go), computes the bounds, persists the
-//     policy version in status before any dispatcher sees it, hands the
-//     policies to the Pusher, then hands a settled pool's tier statuses
+//     manager's cache (observe.go), computes the bounds, stores a new
+//     block of policy versions in status before the first of them is
+//     pushed (reserve.go), hands the policies to the Pusher, then hands a settled pool's tier statuses
 //     to a per-pool latest-wins writer (latestwrite.go) and the quota
 //     statuses, with a moving pool's tier statuses, to the status worker,
 //     which writes them once the change is over, at its own pace
 //     (statusbatch.go, statuspace.go), only where they changed
-//     (statuswrite.go); a pool status change without a new version waits
-//     up to StatusDelay, so the pool's next event does not queue behind
-//     its write. QuotaReconciler writes only the status of quotas whose
+//     (statuswrite.go); any other pool status change (a version within
+//     the block included) is written after the push, up to StatusDelay
+//     later, so the pool's next event does not queue behind its write. QuotaReconciler writes only the status of quotas whose
 //     tier is gone.
 //   - status.go holds pure helpers from observations to status; measured.go
 //     and apikeys.go are pure too. The desired replicas come from the

@@ -126,8 +126,7 @@ func (r *PoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	want := r.desire(&pool, obs, c, states, mem, stamp)
 	c.skewWarning = want.skewWarning
 	read := r.Clock.Now()
-	statusWait, err := r.persistStatus(ctx, &pool, want, c, mem, now)
-	if err != nil {
+	if err := r.reserveVersions(ctx, &pool, want, c, mem); err != nil {
 		return statusWriteFailed(ctx, err)
 	}
 	written := r.Clock.Now()
@@ -142,6 +141,10 @@ func (r *PoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	period := resyncPeriod(r.ResyncPeriod, c.bounds)
 	r.Pusher.Sync(req.NamespacedName, want.targets, mem.resyncDue(now, period))
 	mem.health.noteShares(want.targets, now)
+	statusWait, err := r.persistStatus(ctx, &pool, want, c, mem, now)
+	if err != nil {
+		return statusWriteFailed(ctx, err)
+	}
 
 	// Tier and quota status after the push has started, and off this
 	// reconcile when there are writers: they are for people, the push is
@@ -151,7 +154,7 @@ func (r *PoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 		return ctrl.Result{}, err
 	}
 	log.FromContext(ctx).V(1).Info("reconciled", "version", want.version, "backends", len(obs.backends),
-		"read", read.Sub(now).String(), "statusWrite", written.Sub(read).String(), "afterPush", r.Clock.Since(written).String(),
+		"read", read.Sub(now).String(), "reserve", written.Sub(read).String(), "afterPush", r.Clock.Since(written).String(),
 		"statusDeferred", statusWait.String())
 	res := mem.requeue(now, period)
 	if statusWait > 0 && (res.RequeueAfter == 0 || statusWait < res.RequeueAfter) {
@@ -160,18 +163,28 @@ func (r *PoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	return res, nil
 }
 
-// persistStatus writes the pool's status when it must be written now,
-// else says how long its write is deferred. A new version is written at
-// once: it is persisted before any dispatcher sees it, so a restarted
-// controller (or a new leader) never reuses or lowers a version. Any
-// other change (the pods' acks, ready counts, conditions) waits up to
-// StatusDelay, and goes with the next write that must happen: one such
-// write after each round of acks held the pool's next event, a pod's
-// deletion whose new version must reach the dispatchers at once, for its
-// round trip.
+// reserveVersions stores the reserved ceiling of versions before the
+// first version above the stored one is pushed (reserve.go), with the rest
+// of the status that waited. Any other version is pushed first and written
+// by persistStatus: no status write stands between a pod's deletion and
+// the dispatchers.
+func (r *PoolReconciler) reserveVersions(ctx context.Context, pool *v1alpha1.ModelPool, want desired, c computed, mem *poolMemory) error {
+	if want.status.PolicyVersionReserved == pool.Status.PolicyVersionReserved {
+		return nil
+	}
+	mem.dirtySince = time.Time{}
+	return r.writePoolStatus(ctx, pool, want.status, c, &mem.status)
+}
+
+// persistStatus writes the pool's status when it is due, else says how
+// long its write is deferred. A change (a new version within the reserved
+// block, the pods' acks, ready counts, conditions) waits up to
+// StatusDelay, and goes with the next write: a write after each round of
+// acks, or each pod's version in a scale step, made the pool's writes
+// O(pods) and held its next event for the write's round trip.
 func (r *PoolReconciler) persistStatus(ctx context.Context, pool *v1alpha1.ModelPool, want desired, c computed, mem *poolMemory, now time.Time) (time.Duration, error) {
 	differs := !equality.Semantic.DeepEqual(pool.Status, want.status)
-	if wait := mem.statusWait(differs, want.version != pool.Status.PolicyVersion, now, r.StatusDelay); wait > 0 {
+	if wait := mem.statusWait(differs, now, r.StatusDelay); wait > 0 {
 		return wait, nil
 	}
 	return 0, r.writePoolStatus(ctx, pool, want.status, c, &mem.status)
@@ -232,7 +245,8 @@ func (r *PoolReconciler) compute(pool *v1alpha1.ModelPool, obs *observed, states
 func (r *PoolReconciler) desire(pool *v1alpha1.ModelPool, obs *observed, c computed, states []PodState, mem *poolMemory, stamp metav1.Time) desired {
 	policies := servablePolicies(c.bounds, len(obs.backends))
 	d := desired{hash: contentHash(policies)}
-	d.version = mem.nextVersion(d.hash, pool.Status.PolicyVersion, states)
+	d.version = mem.nextVersion(d.hash, pool.Status, states)
+	reserved, _ := reserveVersions(pool.Status.PolicyVersionReserved, d.version)
 	targets := dispatcherTargets(obs.dispatchers, pool.Spec.Dispatchers.AdminPort, policies, d.version)
 	d.status = desiredPoolStatus(pool.Status, poolView{
 		Generation:        pool.Generation,
@@ -243,6 +257,7 @@ func (r *PoolReconciler) desire(pool *v1alpha1.ModelPool, obs *observed, c compu
 		Backends:          len(obs.backends),
 		HasTiers:          len(obs.tiers) > 0,
 		Version:           d.version,
+		Reserved:          reserved,
 		ObservedService:   c.serviceTime,
 		ObservedTokenRate: c.tokenRate,
 		SharedState:       pool.Spec.SharedState,
@@ -437,8 +452,8 @@ func (r *PoolReconciler) assessDispatchers(pool *v1alpha1.ModelPool, obs *observ
 }
 
 // poolMemory is what the reconciler remembers of a pool between reconciles.
-// It is lost on restart; the persisted status.policyVersion then makes the
-// next version larger than any pushed before.
+// It is lost on restart; the stored status.policyVersionReserved then
+// makes the next version larger than any pushed before.
 type poolMemory struct {
 	contentHash string
 	version     int64
@@ -454,7 +469,7 @@ type poolMemory struct {
 	// status is the pool's last status write (statuswrite.go).
 	status statusMemory
 	// dirtySince is when the status that waits for its write (no new
-	// version in it) first differed from the stored one; zero when none
+	// reserved ceiling in it) first differed from the stored one; zero when none
 	// waits.
 	dirtySince time.Time
 }
@@ -476,8 +491,10 @@ func (r *PoolReconciler) memory(key types.NamespacedName) *poolMemory {
 // nextVersion is the version of policies whose content hashes to hash. It
 // stays while the content stays and no dispatcher reports holding it or a
 // later one; otherwise it goes one above the persisted version, the
-// remembered one and any a dispatcher holds, which also covers a restart.
-func (m *poolMemory) nextVersion(hash string, persisted int64, states []PodState) int64 {
+// remembered one and any a dispatcher holds. A memory that holds no
+// version (a restart, a new leader) also starts above the stored reserved
+// ceiling, which covers every version pushed before.
+func (m *poolMemory) nextVersion(hash string, stored v1alpha1.ModelPoolStatus, states []PodState) int64 {
 	var held int64
 	for _, s := range states {
 		held = max(held, s.HeldVersion)
@@ -485,14 +502,18 @@ func (m *poolMemory) nextVersion(hash string, persisted int64, states []PodState
 	if m.contentHash == hash && m.version != 0 && held < m.version {
 		return m.version
 	}
-	return max(persisted, m.version, held) + 1
+	floor := max(stored.PolicyVersion, m.version, held)
+	if m.version == 0 {
+		floor = max(floor, stored.PolicyVersionReserved)
+	}
+	return floor + 1
 }
 
 // statusWait is how much longer a status that differs from the one
-// stored may wait to be written; 0 when it must be written now (a new
-// version, no delay, or it has waited delay) or there is nothing to write.
-func (m *poolMemory) statusWait(differs, newVersion bool, now time.Time, delay time.Duration) time.Duration {
-	if !differs || newVersion || delay <= 0 {
+// stored may wait to be written; 0 when it must be written now (no delay,
+// or it has waited delay) or there is nothing to write.
+func (m *poolMemory) statusWait(differs bool, now time.Time, delay time.Duration) time.Duration {
+	if !differs || delay <= 0 {
 		m.dirtySince = time.Time{}
 		return 0
 	}

@@ -320,7 +320,7 @@ func TestPoolReconcile(t *testing.T) {
 					Tiers: seedTiers, Quotas: map[string]string{"acme": "Active"}},
 			}},
 		},
-		"a cache behind someone else's write: the store refuses the write, keeps its status, nothing is pushed, and the retry is quiet": {
+		"a cache behind someone else's write: a version within the reserved block is pushed, the store refuses the status write and keeps its status, and the retry is quiet": {
 			objs:  seedWorld(),
 			funcs: staleCache(),
 			steps: []step{{want: first}, {
@@ -338,7 +338,8 @@ func TestPoolReconcile(t *testing.T) {
 					}
 					return c.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: seed.Namespace, Name: "vllm-5"}})
 				},
-				want: outcome{Err: "requeued", Pool: poolRow{1, 24, "PoolReady"}, Tiers: seedTiers, Quotas: map[string]string{"acme": "Active"}, StatusWrites: 1},
+				want: outcome{Err: "requeued", Pool: poolRow{1, 24, "PoolReady"}, Synced: true, Pushed: twoDispatchers(2, 10, 8, 33, 50),
+					Tiers: seedTiers, Quotas: map[string]string{"acme": "Active"}, StatusWrites: 1},
 			}},
 		},
 		"deleted Deployment: 0 slots pushed under a new version, bounds 0": {
@@ -524,10 +525,11 @@ func TestResyncIsAPeriodAfterTheLastNewVersion(t *testing.T) {
 	}
 }
 
-// A status change without a new version (here the dispatchers' acks) waits
-// up to StatusDelay for its write, and the pool is requeued for it; a new
-// version is written at once, with what waited.
-func TestPoolStatusWithoutANewVersionWaits(t *testing.T) {
+// A status change (the dispatchers' acks, a new version within the
+// reserved block) waits up to StatusDelay for its write, and the pool is
+// requeued for it; only the version that needs a new block is written at
+// once, before it is pushed.
+func TestPoolStatusWaits(t *testing.T) {
 	ctx := context.Background()
 	writes := 0
 	c := newFakeClient(t, seedWorld(), interceptor.Funcs{SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, p client.Patch, opts ...client.SubResourcePatchOption) error {
@@ -547,19 +549,25 @@ func TestPoolStatusWithoutANewVersionWaits(t *testing.T) {
 		after     time.Duration // since the previous step
 		states    []PodState
 		deletePod string
-		// want: the pool's status writes so far, the requeue, and what
-		// the stored status says.
-		writes          int
-		requeue         time.Duration
-		version, synced int64
+		// want: the version pushed, the pool's status writes so far, the
+		// requeue, and what the stored status says.
+		pushed                    int64
+		writes                    int
+		requeue                   time.Duration
+		version, reserved, synced int64
 	}
+	const minute = time.Minute
 	steps := []step{
-		{writes: 1, requeue: time.Minute, version: 1, synced: 0},                                                 // a new version: at once
-		{after: 10 * time.Millisecond, states: acked(1), writes: 1, requeue: 500 * time.Millisecond, version: 1}, // acks wait
-		{after: 200 * time.Millisecond, states: acked(1), writes: 1, requeue: 300 * time.Millisecond, version: 1},
-		{after: 300 * time.Millisecond, states: acked(1), writes: 2, requeue: time.Minute - 510*time.Millisecond, version: 1, synced: 2},
-		{after: time.Second, states: acked(2), writes: 2, requeue: 500 * time.Millisecond, version: 1, synced: 2}, // "acked 2" is no version in force
-		{after: 100 * time.Millisecond, states: acked(2), deletePod: "vllm-5", writes: 3, requeue: time.Minute, version: 2, synced: 2},
+		{pushed: 1, writes: 1, requeue: minute, version: 1, reserved: 64},                                                                 // a new block: at once
+		{after: 10 * time.Millisecond, states: acked(1), pushed: 1, writes: 1, requeue: 500 * time.Millisecond, version: 1, reserved: 64}, // acks wait
+		{after: 200 * time.Millisecond, states: acked(1), pushed: 1, writes: 1, requeue: 300 * time.Millisecond, version: 1, reserved: 64},
+		{after: 300 * time.Millisecond, states: acked(1), pushed: 1, writes: 2, requeue: minute - 510*time.Millisecond, version: 1, reserved: 64, synced: 2},
+		// "acked 2" is no version in force.
+		{after: time.Second, states: acked(2), pushed: 1, writes: 2, requeue: 500 * time.Millisecond, version: 1, reserved: 64, synced: 2},
+		// A new version within the block is pushed at once and waits with
+		// the rest, since when the acks first did.
+		{after: 100 * time.Millisecond, states: acked(2), deletePod: "vllm-5", pushed: 2, writes: 2, requeue: 400 * time.Millisecond, version: 1, reserved: 64, synced: 2},
+		{after: 400 * time.Millisecond, states: acked(2), pushed: 2, writes: 3, requeue: minute - 400*time.Millisecond, version: 2, reserved: 64, synced: 2},
 	}
 	for i, s := range steps {
 		clk.SetTime(clk.Now().Add(s.after))
@@ -577,8 +585,8 @@ func TestPoolStatusWithoutANewVersionWaits(t *testing.T) {
 		if err := c.Get(ctx, seedKey, &pool); err != nil {
 			t.Fatal(err)
 		}
-		got := step{after: s.after, states: s.states, deletePod: s.deletePod, writes: writes, requeue: res.RequeueAfter,
-			version: pool.Status.PolicyVersion, synced: int64(pool.Status.Dispatchers.Synced)}
+		got := step{after: s.after, states: s.states, deletePod: s.deletePod, pushed: p.pushed[0].Policy.Version, writes: writes, requeue: res.RequeueAfter,
+			version: pool.Status.PolicyVersion, reserved: pool.Status.PolicyVersionReserved, synced: int64(pool.Status.Dispatchers.Synced)}
 		if diff := cmp.Diff(s, got, cmp.AllowUnexported(step{})); diff != "" {
 			t.Errorf("step %d (-want +got):\n%s", i, diff)
 		}

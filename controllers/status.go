@@ -30,6 +30,7 @@ type poolView struct {
 	Backends          int
 	HasTiers          bool
 	Version           int64
+	Reserved          int64         // the reserved version ceiling (reserve.go)
 	ObservedService   time.Duration // 0 when nothing measured yet
 	ObservedTokenRate float64       // weighted tokens per slot-second; 0 when nothing measured yet
 	SharedState       v1alpha1.SharedStateMode
@@ -81,6 +82,7 @@ func desiredPoolStatus(cur v1alpha1.ModelPoolStatus, v poolView, now metav1.Time
 	}
 	st.TokenRate = b.TokenRateString
 	st.PolicyVersion = v.Version
+	st.PolicyVersionReserved = v.Reserved
 	st.DesiredReplicas = v.Demand.Replicas
 	st.Dispatchers = dispatcherCounts(v.Dispatchers, v.Version)
 

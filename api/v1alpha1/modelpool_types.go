@@ -279,9 +279,21 @@ type ModelPoolStatus struct {
 	// +optional
 	Dispatchers DispatcherCounts `json:"dispatchers"`
 
-	// policyVersion is the version of the last computed policy.
+	// policyVersion is the version of the last computed policy. A new
+	// version is pushed before it is written here, so this may lag what
+	// the dispatchers hold by a moment (the controller's status delay).
 	// +optional
 	PolicyVersion int64 `json:"policyVersion,omitempty"`
+
+	// policyVersionReserved is the highest version the controller may push
+	// without writing this status first. It reserves versions in blocks,
+	// written before the first of a block is pushed, so that a pod's
+	// deletion reaches the dispatchers without a status write on its path,
+	// and a restarted controller or a new leader starts above it: no
+	// version is ever pushed twice with different content.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	PolicyVersionReserved int64 `json:"policyVersionReserved,omitempty"`
 
 	// desiredReplicas is how many replicas the offered load needs by
 	// Little's law: ceil(λ × S / (concurrencyPerReplica ×
