@@ -23,11 +23,10 @@
 // loop reads each dispatcher's /readyz and labels its pod with the answer,
 // and two Stages of this suite (stages/) make kwok turn the pod Ready or
 // NotReady; their template's hour-long cold start keeps kwok's own
-// pod-ready Stage from making them Ready first. One exception remains:
-// TestFailingDispatcherLosesItsShare/restarted writes a dispatcher pod's
-// container status (restarted a moment ago, running again, the pod still
-// Ready) as a kubelet would report it: no kwok Stage plays that (its
-// crash-looping case uses kwok's chaos Stage).
+// pod-ready Stage from making them Ready first. A container's restart
+// (TestFailingDispatcherLosesItsShare/restarted: restarted a moment ago,
+// running again, the pod still Ready) and its crash loop are kwok's chaos
+// Stages too (cluster.RestartLabel, cluster.ChaosLabel).
 //
 // Tests run one after another (they share the controller process); every
 // process a test starts is stopped in its Cleanup, and its namespace is

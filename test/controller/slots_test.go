@@ -1,7 +1,6 @@
 package controller
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -10,10 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/util/retry"
 
 	"github.com/tiergate/tiergate/api/v1alpha1"
 	"github.com/tiergate/tiergate/internal/testutil"
@@ -205,12 +201,7 @@ func TestFewerSlotsThanDispatchers(t *testing.T) {
 func TestFailingDispatcherLosesItsShare(t *testing.T) {
 	for name, mark := range map[string]func(e *env, pod string){
 		"restarted": func(e *env, pod string) {
-			e.markContainer(pod, func(c *corev1.ContainerStatus) {
-				c.RestartCount = 1
-				c.LastTerminationState = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
-					ExitCode: 2, Reason: "Error", StartedAt: metav1.NewTime(time.Now().Add(-time.Minute)), FinishedAt: metav1.NewTime(time.Now())}}
-				c.State = corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.Now()}}
-			})
+			kubectl.Must(e.t, "label", "-n", e.ns, "pod", pod, cluster.RestartLabel+"=once")
 		},
 		"crash-looping": func(e *env, pod string) {
 			kubectl.Must(e.t, "label", "-n", e.ns, "pod", pod, cluster.ChaosLabel+"=crash-loop")
@@ -256,27 +247,5 @@ func TestFailingDispatcherLosesItsShare(t *testing.T) {
 				return hasEvent(e.ns, "llm", corev1.EventTypeWarning, "DispatcherExcluded", failing.pod+" ("+reason+") is failing")
 			})
 		})
-	}
-}
-
-// markContainer sets the status of pod's container as a kubelet would,
-// retrying over kwok's own writes.
-func (e *env) markContainer(pod string, mark func(*corev1.ContainerStatus)) {
-	e.t.Helper()
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		var p corev1.Pod
-		if err := k8s.Get(context.Background(), types.NamespacedName{Namespace: e.ns, Name: pod}, &p); err != nil {
-			return err
-		}
-		c := corev1.ContainerStatus{Name: "main", Image: "example.invalid/none", ImageID: "example.invalid/none@sha256:0", Ready: true}
-		if len(p.Status.ContainerStatuses) > 0 {
-			c = p.Status.ContainerStatuses[0]
-		}
-		mark(&c)
-		p.Status.ContainerStatuses = []corev1.ContainerStatus{c}
-		return k8s.Status().Update(context.Background(), &p)
-	})
-	if err != nil && !apierrors.IsNotFound(err) {
-		e.t.Fatal(err)
 	}
 }

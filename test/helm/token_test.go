@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/tiergate/tiergate/internal/testutil"
 )
@@ -30,7 +30,7 @@ type tokenEnv struct {
 	dispVol    *testutil.SecretVolume
 	controller *testutil.Process
 	dispatcher *testutil.Process
-	admin      string
+	pod, admin string // the dispatcher's pod and its admin address
 }
 
 const tplRelease = "tpl"
@@ -41,7 +41,7 @@ const tplRelease = "tpl"
 // render; cleanup deletes what it made.
 func renderTwice(t *testing.T, ns string) (first, second string, apply func(string)) {
 	t.Helper()
-	args := []string{"template", tplRelease, chartDir, "--namespace", ns, "--kube-version", kubeVersion}
+	args := []string{"template", tplRelease, chartDir, "--namespace", ns, "--kube-version", kubeVersion, "--set", "dispatcher.replicas=1"}
 	first, second = helm(t, args...), helm(t, args...)
 	if first != second {
 		t.Fatalf("two renders differ:\n%s", testutil.LastLines(first, 20))
@@ -89,11 +89,14 @@ func (e *tokenEnv) startController(manifest string) {
 	testutil.WaitHTTP(t, e.controller, "http://"+probe+"/readyz", http.StatusOK, 60*time.Second)
 }
 
-// startDispatcher runs the rendered dispatcher's arguments on 127.0.0.1
-// with a short grace, and creates its Pod as a kubelet would report it.
+// startDispatcher runs the rendered dispatcher's arguments, with a short
+// grace, on the address kwok gave the rendered Deployment's pod.
 func (e *tokenEnv) startDispatcher(manifest, token string) {
 	t := e.t
 	deploy := find(t, parseDocs(t, manifest), "Deployment", tplRelease+"-tiergate-dispatcher")
+	var ip string
+	e.pod, ip = e.dispatcherPod(deploy)
+	e.admin = testutil.FreeAddr(t, ip)
 	e.dispVol = testutil.NewSecretVolume(t, map[string]string{"token": token})
 	argv := rewrite(t, args(t, deploy), map[string]string{
 		"listen":           testutil.FreeAddr(t, "127.0.0.1"),
@@ -103,22 +106,31 @@ func (e *tokenEnv) startDispatcher(manifest, token string) {
 	})
 	e.dispatcher = start(t, append(argv, "--admin-token-grace=5s"))
 	testutil.WaitHTTP(t, e.dispatcher, "http://"+e.admin+"/healthz", http.StatusOK, 20*time.Second)
-	cs := adminClientset(t)
+}
+
+// dispatcherPod waits for the one pod of the dispatcher Deployment deploy
+// (made by the ReplicaSet controller, scheduled, started by kwok) and
+// returns its name and IP.
+func (e *tokenEnv) dispatcherPod(deploy *unstructured.Unstructured) (name, ip string) {
+	t := e.t
+	t.Helper()
 	labels := field[map[string]any](t, deploy, "spec", "template", "metadata", "labels")
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "tpl-dispatcher-0", Namespace: e.ns, Labels: map[string]string{}},
-		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "dispatcher", Image: "example.invalid/none"}}}}
+	var sel []string
 	for k, v := range labels {
-		pod.Labels[k] = v.(string)
+		sel = append(sel, k+"="+v.(string))
 	}
-	ctx := context.Background()
-	created, err := cs.CoreV1().Pods(e.ns).Create(ctx, pod, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	created.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "127.0.0.1", PodIPs: []corev1.PodIP{{IP: "127.0.0.1"}}}
-	if _, err := cs.CoreV1().Pods(e.ns).UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	testutil.Eventually(t, 30*time.Second, "the dispatcher pod gets an address", func() error {
+		pods, err := adminClientset(t).CoreV1().Pods(e.ns).List(context.Background(), metav1.ListOptions{LabelSelector: strings.Join(sel, ",")})
+		if err != nil {
+			return err
+		}
+		if len(pods.Items) != 1 || pods.Items[0].Status.PodIP == "" {
+			return fmt.Errorf("%d pods, the first %+v", len(pods.Items), pods.Items)
+		}
+		name, ip = pods.Items[0].Name, pods.Items[0].Status.PodIP
+		return nil
+	})
+	return name, ip
 }
 
 // applied counts the pushes the dispatcher applied.
@@ -186,7 +198,8 @@ func (e *tokenEnv) rotate(token string) {
 
 // Rendering the chart twice with helm template and applying both breaks
 // no push: the renders carry no token, the controller creates the Secret,
-// and the real dispatcher, reading the Secret from its volume, takes the
+// and the real dispatcher, on the address kwok gave the rendered
+// Deployment's pod and reading the Secret from its volume, takes the
 // controller's pushes. Rotations then converge in either order, because a
 // dispatcher still accepts the replaced token for its grace and the
 // controller retries a refused push with the replaced one; a token the
@@ -197,7 +210,8 @@ func TestTemplateTwiceThenRotate(t *testing.T) {
 	kubectl(t, "create", "namespace", ns)
 	manifest, second, apply := renderTwice(t, ns)
 	apply(manifest)
-	e := &tokenEnv{t: t, ns: ns, secret: tplRelease + "-tiergate-push-token", admin: testutil.FreeAddr(t, "127.0.0.1")}
+	startCluster(t)
+	e := &tokenEnv{t: t, ns: ns, secret: tplRelease + "-tiergate-push-token"}
 	e.startController(manifest)
 
 	// The controller creates the Secret; the kubelet then fills in both
@@ -254,7 +268,7 @@ func (e *tokenEnv) rotations(t1 string) {
 	t.Run("a token the dispatcher refuses", func(t *testing.T) {
 		e.dispVol.Update(map[string]string{"token": "a-token-the-controller-never-sees-0123456789"})
 		msg := e.synced("PushUnauthorized")
-		want := "tpl-dispatcher-0 refused the push token (401) and will take no new policy; 1/1 dispatchers hold policy version "
+		want := e.pod + " refused the push token (401) and will take no new policy; 1/1 dispatchers hold policy version "
 		if !strings.HasPrefix(msg, want) || !strings.Contains(msg, "check the push token Secret "+e.ns+"/"+e.secret+":") {
 			t.Errorf("Synced message %q, want it to start %q and name the Secret", msg, want)
 		}

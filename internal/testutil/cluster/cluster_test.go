@@ -234,6 +234,25 @@ func playPod(t *testing.T, c *Cluster, k8s client.Client) {
 	d = await("Ready again without the label", 10*time.Second, podIsReady)
 	t.Logf("Ready again %s after the label went", d.Round(time.Millisecond))
 
+	// A quick restart: the restart count and last state move, the pod
+	// stays Ready and serving, and the Stage takes its label away.
+	before := get()
+	started := before.Status.ContainerStatuses[0].State.Running.StartedAt
+	setLabel(t, k8s, key, RestartLabel, "true")
+	await("restarted once", 10*time.Second, func(p *corev1.Pod) bool {
+		_, labelled := p.Labels[RestartLabel]
+		return !labelled && len(p.Status.ContainerStatuses) == 1 && p.Status.ContainerStatuses[0].RestartCount == before.Status.ContainerStatuses[0].RestartCount+1
+	})
+	p = get()
+	cs := p.Status.ContainerStatuses[0]
+	if last := cs.LastTerminationState.Terminated; !podIsReady(p) || cs.State.Running == nil || last == nil || last.ExitCode != 2 ||
+		!last.StartedAt.Equal(&started) || last.FinishedAt.IsZero() || cs.Image != before.Status.ContainerStatuses[0].Image {
+		t.Errorf("restarted pod: Ready %t, container %+v", podIsReady(p), cs)
+	}
+	if n.State(ip) != Serving {
+		t.Errorf("the restarted pod's address is %v, want serving", n.State(ip))
+	}
+
 	// Deletion: terminating (draining) for the termination delay, then gone.
 	if err := k8s.Delete(ctx, get()); err != nil {
 		t.Fatal(err)

@@ -20,9 +20,10 @@ var stageFiles embed.FS
 // The Stage objects whose delays StageOptions set, and the labels and
 // annotations they read.
 const (
-	PodReadyStage  = "tiergate-pod-ready"
-	PodDeleteStage = "tiergate-pod-delete"
-	PodFailStage   = "tiergate-pod-fail"
+	PodReadyStage   = "tiergate-pod-ready"
+	PodDeleteStage  = "tiergate-pod-delete"
+	PodFailStage    = "tiergate-pod-fail"
+	PodRestartStage = "tiergate-pod-restart"
 
 	// ColdStartAnnotation on a pod (template) overrides ColdStart for it:
 	// a Go duration such as "10s".
@@ -34,6 +35,10 @@ const (
 	// and it turns NotReady CrashDetection later, until the label is
 	// removed, when it is Ready again a cold start later.
 	ChaosLabel = "chaos.tiergate.dev/fail"
+	// RestartLabel on a Ready pod (any value) restarts its containers
+	// once, quickly enough that it stays Ready; the Stage then removes the
+	// label.
+	RestartLabel = "chaos.tiergate.dev/restart"
 	// StageFieldManager is the field manager the Stages are applied with.
 	StageFieldManager = "tiergate-test-cluster"
 )

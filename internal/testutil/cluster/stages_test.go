@@ -28,11 +28,12 @@ func TestStages(t *testing.T) {
 		got[s.GetName()] = stage{Kind: s.GetKind(), Resource: kind, DelayMillis: d, HasDelay: ok}
 	}
 	want := map[string]stage{
-		"tiergate-node-ready": {Kind: "Stage", Resource: "Node"},
-		"tiergate-pod-start":  {Kind: "Stage", Resource: "Pod"},
-		"tiergate-pod-ready":  {Kind: "Stage", Resource: "Pod", DelayMillis: 10000, HasDelay: true},
-		"tiergate-pod-fail":   {Kind: "Stage", Resource: "Pod", DelayMillis: 400, HasDelay: true},
-		"tiergate-pod-delete": {Kind: "Stage", Resource: "Pod", DelayMillis: 250, HasDelay: true},
+		"tiergate-node-ready":  {Kind: "Stage", Resource: "Node"},
+		"tiergate-pod-start":   {Kind: "Stage", Resource: "Pod"},
+		"tiergate-pod-ready":   {Kind: "Stage", Resource: "Pod", DelayMillis: 10000, HasDelay: true},
+		"tiergate-pod-fail":    {Kind: "Stage", Resource: "Pod", DelayMillis: 400, HasDelay: true},
+		"tiergate-pod-restart": {Kind: "Stage", Resource: "Pod"},
+		"tiergate-pod-delete":  {Kind: "Stage", Resource: "Pod", DelayMillis: 250, HasDelay: true},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("stages (-want +got):\n%s", diff)
