@@ -141,7 +141,7 @@ func (r *PoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	period := resyncPeriod(r.ResyncPeriod, c.bounds)
 	r.Pusher.Sync(req.NamespacedName, want.targets, mem.resyncDue(now, period))
 	mem.health.noteShares(want.targets, now)
-	statusWait, err := r.persistStatus(ctx, &pool, want, c, mem, now)
+	statusWait, err := r.persistStatus(ctx, &pool, want, c, mem, replicasMoving(obs.deployment, len(obs.backends)), now)
 	if err != nil {
 		return statusWriteFailed(ctx, err)
 	}
@@ -179,12 +179,17 @@ func (r *PoolReconciler) reserveVersions(ctx context.Context, pool *v1alpha1.Mod
 // persistStatus writes the pool's status when it is due, else says how
 // long its write is deferred. A change (a new version within the reserved
 // block, the pods' acks, ready counts, conditions) waits up to
-// StatusDelay, and goes with the next write: a write after each round of
-// acks, or each pod's version in a scale step, made the pool's writes
-// O(pods) and held its next event for the write's round trip.
-func (r *PoolReconciler) persistStatus(ctx context.Context, pool *v1alpha1.ModelPool, want desired, c computed, mem *poolMemory, now time.Time) (time.Duration, error) {
+// StatusDelay, or movingStatusDelay while replicas are on their way, and
+// goes with the next write: a write after each round of acks, or each
+// pod's version in a scale step, made the pool's writes O(pods) and held
+// its next event for the write's round trip.
+func (r *PoolReconciler) persistStatus(ctx context.Context, pool *v1alpha1.ModelPool, want desired, c computed, mem *poolMemory, moving bool, now time.Time) (time.Duration, error) {
 	differs := !equality.Semantic.DeepEqual(pool.Status, want.status)
-	if wait := mem.statusWait(differs, now, r.StatusDelay); wait > 0 {
+	delay := r.StatusDelay
+	if moving && delay > 0 {
+		delay = max(delay, movingStatusDelay)
+	}
+	if wait := mem.statusWait(differs, now, delay); wait > 0 {
 		return wait, nil
 	}
 	return 0, r.writePoolStatus(ctx, pool, want.status, c, &mem.status)

@@ -526,7 +526,8 @@ func TestResyncIsAPeriodAfterTheLastNewVersion(t *testing.T) {
 }
 
 // A status change (the dispatchers' acks, a new version within the
-// reserved block) waits up to StatusDelay for its write, and the pool is
+// reserved block) waits up to StatusDelay for its write, or
+// movingStatusDelay while replicas are on their way, and the pool is
 // requeued for it; only the version that needs a new block is written at
 // once, before it is pushed.
 func TestPoolStatusWaits(t *testing.T) {
@@ -545,10 +546,26 @@ func TestPoolStatusWaits(t *testing.T) {
 	acked := func(v int64) []PodState {
 		return []PodState{{UID: "uid-d-0", Name: "d-0", AckedVersion: v, Result: PushOK}, {UID: "uid-d-1", Name: "d-1", AckedVersion: v, Result: PushOK}}
 	}
+	// change: "down" deletes a model pod and settles the Deployment at 5;
+	// "up" scales it to 8 with the pod back and 6 Ready (moving).
+	changes := map[string]func() error{
+		"down": func() error {
+			if err := c.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: seed.Namespace, Name: "vllm-5"}}); err != nil {
+				return err
+			}
+			return setDeployment(ctx, c, 5, 5, 5)
+		},
+		"up": func() error {
+			if err := c.Create(ctx, readyPod("vllm-5", "10.0.0.6", modelLabels)); err != nil {
+				return err
+			}
+			return setDeployment(ctx, c, 8, 8, 6)
+		},
+	}
 	type step struct {
-		after     time.Duration // since the previous step
-		states    []PodState
-		deletePod string
+		after  time.Duration // since the previous step
+		states []PodState
+		change string
 		// want: the version pushed, the pool's status writes so far, the
 		// requeue, and what the stored status says.
 		pushed                    int64
@@ -556,23 +573,27 @@ func TestPoolStatusWaits(t *testing.T) {
 		requeue                   time.Duration
 		version, reserved, synced int64
 	}
-	const minute = time.Minute
+	const minute, ms = time.Minute, time.Millisecond
 	steps := []step{
-		{pushed: 1, writes: 1, requeue: minute, version: 1, reserved: 64},                                                                 // a new block: at once
-		{after: 10 * time.Millisecond, states: acked(1), pushed: 1, writes: 1, requeue: 500 * time.Millisecond, version: 1, reserved: 64}, // acks wait
-		{after: 200 * time.Millisecond, states: acked(1), pushed: 1, writes: 1, requeue: 300 * time.Millisecond, version: 1, reserved: 64},
-		{after: 300 * time.Millisecond, states: acked(1), pushed: 1, writes: 2, requeue: minute - 510*time.Millisecond, version: 1, reserved: 64, synced: 2},
+		{pushed: 1, writes: 1, requeue: minute, version: 1, reserved: 64},                                     // a new block: at once
+		{after: 10 * ms, states: acked(1), pushed: 1, writes: 1, requeue: 500 * ms, version: 1, reserved: 64}, // acks wait
+		{after: 200 * ms, states: acked(1), pushed: 1, writes: 1, requeue: 300 * ms, version: 1, reserved: 64},
+		{after: 300 * ms, states: acked(1), pushed: 1, writes: 2, requeue: minute - 510*ms, version: 1, reserved: 64, synced: 2},
 		// "acked 2" is no version in force.
-		{after: time.Second, states: acked(2), pushed: 1, writes: 2, requeue: 500 * time.Millisecond, version: 1, reserved: 64, synced: 2},
+		{after: time.Second, states: acked(2), pushed: 1, writes: 2, requeue: 500 * ms, version: 1, reserved: 64, synced: 2},
 		// A new version within the block is pushed at once and waits with
 		// the rest, since when the acks first did.
-		{after: 100 * time.Millisecond, states: acked(2), deletePod: "vllm-5", pushed: 2, writes: 2, requeue: 400 * time.Millisecond, version: 1, reserved: 64, synced: 2},
-		{after: 400 * time.Millisecond, states: acked(2), pushed: 2, writes: 3, requeue: minute - 400*time.Millisecond, version: 2, reserved: 64, synced: 2},
+		{after: 100 * ms, states: acked(2), change: "down", pushed: 2, writes: 2, requeue: 400 * ms, version: 1, reserved: 64, synced: 2},
+		{after: 400 * ms, states: acked(2), pushed: 2, writes: 3, requeue: minute - 400*ms, version: 2, reserved: 64, synced: 2},
+		// A moving pool's status waits up to 5s.
+		{after: time.Second, states: acked(2), change: "up", pushed: 3, writes: 3, requeue: 5 * time.Second, version: 2, reserved: 64, synced: 2},
+		{after: 4500 * ms, states: acked(3), pushed: 3, writes: 3, requeue: 500 * ms, version: 2, reserved: 64, synced: 2},
+		{after: 500 * ms, states: acked(3), pushed: 3, writes: 4, requeue: minute - 5*time.Second, version: 3, reserved: 64, synced: 2},
 	}
 	for i, s := range steps {
 		clk.SetTime(clk.Now().Add(s.after))
-		if s.deletePod != "" {
-			if err := c.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: seed.Namespace, Name: s.deletePod}}); err != nil {
+		if s.change != "" {
+			if err := changes[s.change](); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -585,10 +606,25 @@ func TestPoolStatusWaits(t *testing.T) {
 		if err := c.Get(ctx, seedKey, &pool); err != nil {
 			t.Fatal(err)
 		}
-		got := step{after: s.after, states: s.states, deletePod: s.deletePod, pushed: p.pushed[0].Policy.Version, writes: writes, requeue: res.RequeueAfter,
+		got := step{after: s.after, states: s.states, change: s.change, pushed: p.pushed[0].Policy.Version, writes: writes, requeue: res.RequeueAfter,
 			version: pool.Status.PolicyVersion, reserved: pool.Status.PolicyVersionReserved, synced: int64(pool.Status.Dispatchers.Synced)}
 		if diff := cmp.Diff(s, got, cmp.AllowUnexported(step{})); diff != "" {
 			t.Errorf("step %d (-want +got):\n%s", i, diff)
 		}
 	}
+}
+
+// setDeployment sets the seed's model Deployment's spec.replicas and its
+// status's replicas and readyReplicas, as its controller would report them.
+func setDeployment(ctx context.Context, c client.Client, spec, replicas, ready int32) error {
+	var d appsv1.Deployment
+	if err := c.Get(ctx, types.NamespacedName{Namespace: seed.Namespace, Name: "vllm"}, &d); err != nil {
+		return err
+	}
+	d.Spec.Replicas = &spec
+	if err := c.Update(ctx, &d); err != nil {
+		return err
+	}
+	d.Status.Replicas, d.Status.ReadyReplicas = replicas, ready
+	return c.Status().Update(ctx, &d)
 }

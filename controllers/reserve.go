@@ -1,5 +1,7 @@
 package controllers
 
+import "time"
+
 // versionBlock is how many policy versions one pool status write reserves.
 // A scale step of many pods makes a version per pod event; 64 makes that
 // one write per step or less, and a restart skips at most 63 versions.
@@ -16,3 +18,10 @@ func reserveVersions(stored, version int64) (ceiling int64, reserve bool) {
 	}
 	return version + versionBlock - 1, true
 }
+
+// movingStatusDelay is how long a moving pool's status change (replicas on
+// their way, see replicasMoving) may wait for its write: a scale-up's pods
+// turn Ready over tens of seconds, each batch a version, and the status
+// is for people. Once the pool settles the usual StatusDelay applies, so
+// the settled status follows at once.
+const movingStatusDelay = 5 * time.Second
