@@ -402,13 +402,16 @@ func servablePolicies(b capacity.Bounds, backends int) []policy.Policy {
 }
 
 // contentHash identifies the policies' content, whatever their version.
+// Each policy's JSON is encoded straight into the hash (the Encoder adds
+// the newline that separates them), not into a buffer of its own: with
+// 1,000 backends and 200 tenants in each of 20 policies those buffers
+// were a sixth of a scale's reconcile CPU and much of its garbage.
 func contentHash(policies []policy.Policy) string {
 	h := sha256.New()
+	enc := json.NewEncoder(h)
 	for _, p := range policies {
 		p.Version = 0
-		b, _ := json.Marshal(p)
-		h.Write(b)
-		h.Write([]byte{'\n'})
+		_ = enc.Encode(p) // a hash.Hash never fails to write
 	}
 	return hex.EncodeToString(h.Sum(nil))
 }
