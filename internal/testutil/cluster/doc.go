@@ -5,8 +5,8 @@
 // namespace, disruption) and kube-scheduler, and
 // kwok, which runs fake Nodes and plays the pods bound to them through the
 // Stage objects of stages/ (started, Ready a cold start later, removed a
-// delay after their deletion begins, and failed on demand by a chaos
-// label). Pods get IPs from a 127.0.0.0/8 CIDR; a Network listens on each of
+// delay after their deletion begins, failed on demand by a chaos label
+// and restarted once, staying Ready, by another). Pods get IPs from a 127.0.0.0/8 CIDR; a Network listens on each of
 // those addresses while its pod serves and relays what it accepts to one
 // real process, so traffic sent to a pod IP reaches, say, one simserver,
 // and a dial to a pod that does not serve is refused. The Network plays
