@@ -3,6 +3,7 @@ package testutil
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"os"
@@ -56,7 +57,26 @@ type Dispatcher struct {
 
 // StartDispatcher starts bin, the tiergate binary, as a dispatcher for t
 // and waits until o.Ready answers 200. Cleanup stops it as StartT does.
+// Ports it picked itself (o.Data, o.Admin empty) were free a moment
+// before, but another package's process may take one first: a dispatcher
+// that exits for an address in use is started again on new ones, up to
+// three times.
 func StartDispatcher(t testing.TB, bin string, o DispatcherOptions) *Dispatcher {
+	t.Helper()
+	picked := o.Data == "" && o.Admin == ""
+	for attempt := 1; ; attempt++ {
+		d, err := startDispatcher(t, bin, o)
+		if err == nil {
+			return d
+		}
+		if !picked || attempt == 3 || !errors.Is(err, errExitedStarting) || !strings.Contains(d.Output(), "address already in use") {
+			t.Fatalf("%v", err)
+		}
+		t.Logf("dispatcher on %s and %s: an address was taken meanwhile; starting it again on others", d.Data, d.Admin)
+	}
+}
+
+func startDispatcher(t testing.TB, bin string, o DispatcherOptions) (*Dispatcher, error) {
 	t.Helper()
 	o.defaults(t)
 	d := &Dispatcher{Data: o.Data, Admin: o.Admin, Token: o.Token}
@@ -88,8 +108,7 @@ func StartDispatcher(t testing.TB, bin string, o DispatcherOptions) *Dispatcher 
 		cmd.Env = append(os.Environ(), o.Env...)
 	}
 	d.Process = StartT(t, cmd, o.Options)
-	WaitHTTP(t, d.Process, d.AdminURL(o.Ready), http.StatusOK, o.ReadyTimeout)
-	return d
+	return d, awaitHTTP(d.Process, d.AdminURL(o.Ready), http.StatusOK, o.ReadyTimeout)
 }
 
 func (o *DispatcherOptions) defaults(t testing.TB) {

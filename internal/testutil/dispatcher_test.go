@@ -172,3 +172,59 @@ func TestDispatcherAdminFailures(t *testing.T) {
 		})
 	}
 }
+
+// takenPortBin is a stand-in for bin that, its first fails times, exits as
+// a dispatcher does when a port is taken, and then runs bin; attempts
+// counts its runs.
+func takenPortBin(t *testing.T, bin string, fails int) (path string, attempts func() int) {
+	dir := t.TempDir()
+	log := filepath.Join(dir, "attempts")
+	path = filepath.Join(dir, "tiergate")
+	script := fmt.Sprintf(`#!/bin/sh
+echo run >> %[1]q
+if [ "$(wc -l < %[1]q)" -le %[2]d ]; then
+  echo 'dispatcher failed: admin port: listen tcp 127.0.0.1:1: bind: address already in use' >&2
+  exit 1
+fi
+exec %[3]q "$@"
+`, log, fails, bin)
+	if err := os.WriteFile(path, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return path, func() int {
+		b, _ := os.ReadFile(log)
+		return strings.Count(string(b), "run\n")
+	}
+}
+
+// A port it picked that another process took meanwhile: StartDispatcher
+// starts the dispatcher again on new ports, up to three times; ports the
+// caller chose are not changed.
+func TestDispatcherRetriesATakenPort(t *testing.T) {
+	bins := binaries(t)
+	t.Run("taken twice, then free", func(t *testing.T) {
+		bin, attempts := takenPortBin(t, bins.Tiergate, 2)
+		d := StartDispatcher(t, bin, DispatcherOptions{})
+		if code, _ := d.AdminDo(t, http.MethodGet, "/healthz", "", nil); code != http.StatusOK || attempts() != 3 {
+			t.Errorf("healthz %d after %d attempts, want 200 after 3", code, attempts())
+		}
+	})
+	for name, tc := range map[string]struct {
+		fails, attempts int
+		opts            DispatcherOptions
+	}{
+		"taken three times":       {fails: 3, attempts: 3},
+		"a port the caller chose": {fails: 1, attempts: 1, opts: DispatcherOptions{Admin: FreeAddr(t, "127.0.0.1"), Data: FreeAddr(t, "127.0.0.1")}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			bin, attempts := takenPortBin(t, bins.Tiergate, tc.fails)
+			r := &recorder{TB: t}
+			r.do(func() { StartDispatcher(r, bin, tc.opts) })
+			r.runCleanups()
+			want := " exited while starting (exit status 1):\ndispatcher failed: admin port: listen tcp 127.0.0.1:1: bind: address already in use\n"
+			if !r.fatal || len(r.errs) != 1 || !strings.Contains(r.errs[0], want) || attempts() != tc.attempts {
+				t.Errorf("failures %q after %d attempts, want one with %q after %d", r.errs, attempts(), want, tc.attempts)
+			}
+		})
+	}
+}

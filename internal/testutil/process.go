@@ -264,21 +264,32 @@ func ExitCode(err error) (code int, ok bool) {
 // is 0). It fails t when p exits first or timeout passes.
 func WaitHTTP(t testing.TB, p *Process, url string, want int, timeout time.Duration) {
 	t.Helper()
+	if err := awaitHTTP(p, url, want, timeout); err != nil {
+		t.Fatalf("%v", err)
+	}
+}
+
+// errExitedStarting: the process exited before it answered.
+var errExitedStarting = errors.New("exited while starting")
+
+// awaitHTTP is WaitHTTP's wait; an error of a process that exited first
+// is errExitedStarting.
+func awaitHTTP(p *Process, url string, want int, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for {
 		resp, err := http.Get(url)
 		if err == nil {
 			resp.Body.Close()
 			if want == 0 || resp.StatusCode == want {
-				return
+				return nil
 			}
 			err = fmt.Errorf("status %s", resp.Status)
 		}
 		if p.Exited() {
-			t.Fatalf("%s exited while starting (%v):\n%s", p.cmd.Path, p.err, p.Output())
+			return fmt.Errorf("%s %w (%v):\n%s", p.cmd.Path, errExitedStarting, p.err, p.Output())
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s not ready within %s (%v)", url, timeout, err)
+			return fmt.Errorf("%s not ready within %s (%v)", url, timeout, err)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

@@ -485,9 +485,11 @@ func TestWrongTokenDegrades(t *testing.T) {
 		}
 		return nil
 	})
-	if err := hasEvent(e.ns, "llm", corev1.EventTypeWarning, "PushUnauthorized", bad.pod); err != nil {
-		t.Error(err)
-	}
+	// Events are sent by the recorder's own goroutine, after the status
+	// write that records them.
+	testutil.Eventually(t, 3*time.Second, "the PushUnauthorized event", func() error {
+		return hasEvent(e.ns, "llm", corev1.EventTypeWarning, "PushUnauthorized", bad.pod)
+	})
 	if _, err := getPolicy(good); err != nil {
 		t.Errorf("the dispatcher with the right token has no policy: %v", err)
 	}

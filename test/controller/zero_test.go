@@ -72,12 +72,19 @@ func TestBoundsAtZeroFollowTheColdStart(t *testing.T) {
 	testutil.Eventually(t, 5*time.Second, "ServiceTier status at zero", func() error {
 		return tiersAre(e.ns, wantTiers)
 	})
+	// The pool's status is written up to 500 ms after it changed, and the
+	// samples' tiers come after their pool: a status written in between
+	// says the dispatchers hold up to 0 requests.
 	testutil.Eventually(t, 5*time.Second, "ModelPool Ready condition at zero", func() error {
-		return conditionIs(e.pool().Status.Conditions, v1alpha1.ConditionReady, "False", string(v1alpha1.ReasonHeldForColdStart))
+		conds := e.pool().Status.Conditions
+		if err := conditionIs(conds, v1alpha1.ConditionReady, "False", string(v1alpha1.ReasonHeldForColdStart)); err != nil {
+			return err
+		}
+		if msg := condition(conds, v1alpha1.ConditionReady).Message; !strings.Contains(msg, "hold up to 17 requests") || !strings.Contains(msg, "refuse tier premium at once") {
+			return fmt.Errorf("Ready message %q does not state the 17 held requests and premium's refusal", msg)
+		}
+		return nil
 	})
-	if msg := condition(e.pool().Status.Conditions, v1alpha1.ConditionReady).Message; !strings.Contains(msg, "hold up to 17 requests") || !strings.Contains(msg, "refuse tier premium at once") {
-		t.Errorf("Ready message %q does not state the 17 held requests and premium's refusal", msg)
-	}
 	out := kubectl.Must(t, "get", "servicetiers", "-n", e.ns, "-o", "custom-columns=NAME:.metadata.name,BOUND:.status.queueBound", "--no-headers", "--sort-by=.spec.basePriority")
 	if diff := cmp.Diff("premium    0\nstandard   5\nfree       12\n", out); diff != "" {
 		t.Errorf("kubectl get servicetiers (-want +got):\n%s", diff)

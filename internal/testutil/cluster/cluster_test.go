@@ -246,7 +246,8 @@ func playPod(t *testing.T, c *Cluster, k8s client.Client) {
 	p = get()
 	cs := p.Status.ContainerStatuses[0]
 	if last := cs.LastTerminationState.Terminated; !podIsReady(p) || cs.State.Running == nil || last == nil || last.ExitCode != 2 ||
-		!last.StartedAt.Equal(&started) || last.FinishedAt.IsZero() || cs.Image != before.Status.ContainerStatuses[0].Image {
+		last.Message != "restarted by "+RestartLabel+"=true" || !last.StartedAt.Equal(&started) || last.FinishedAt.IsZero() ||
+		cs.Image != before.Status.ContainerStatuses[0].Image {
 		t.Errorf("restarted pod: Ready %t, container %+v", podIsReady(p), cs)
 	}
 	if n.State(ip) != Serving {
@@ -271,6 +272,22 @@ func playPod(t *testing.T, c *Cluster, k8s client.Client) {
 	}
 	t.Logf("gone %s after its deletion began (termination delay 600ms)", time.Since(deleted).Round(time.Millisecond))
 	testutil.EventuallyTrue(t, 5*time.Second, "the address closed", func() bool { return n.State(ip) == Closed })
+
+	// kwok restarted the pod once for its one labelling, though it may
+	// have seen the pod again before the label's removal.
+	var events corev1.EventList
+	if err := k8s.List(ctx, &events, client.InNamespace(key.Namespace), client.MatchingFields{"involvedObject.name": key.Name}); err != nil {
+		t.Fatal(err)
+	}
+	restarts := 0
+	for _, e := range events.Items {
+		if e.Reason == "Started" && strings.Contains(e.Message, "chaos restart") {
+			restarts += int(max(e.Count, 1))
+		}
+	}
+	if restarts != 1 {
+		t.Errorf("kwok restarted the pod %d times for one labelling", restarts)
+	}
 }
 
 func setLabel(t *testing.T, k8s client.Client, key client.ObjectKey, label, value string) {

@@ -16,12 +16,15 @@ import (
 )
 
 // PodState is what a pod's address does, as its model server would: it
-// serves once the pod is Ready (the server listens once its weights are
-// loaded), stops accepting once the pod's deletion begins (SIGTERM; see
-// follower for a preStop hook, which puts the SIGTERM off) and is closed
-// when the pod is not Ready otherwise (still starting, or crashed) or
-// gone. A pod with ChaosLabel has crashed: closed, though it may be
-// listed Ready for CrashDetection still.
+// serves while the pod runs, stops accepting once the pod's deletion
+// begins (SIGTERM; see follower for a preStop hook, which puts the SIGTERM
+// off) and is closed when the pod does not run (pending, finished, gone).
+// A pod with ChaosLabel has crashed: closed, though it may be listed
+// Ready for CrashDetection still. A real server listens before its pod is
+// Ready (its readiness probe passes only then), and the dispatchers send
+// nothing to a pod that is not Ready; serving only once this package's
+// own informer saw Ready lost the race with the controller's push by a
+// few milliseconds, and a dispatcher's first dial was refused.
 func PodState(p *corev1.Pod) State {
 	switch {
 	case p.DeletionTimestamp != nil:
@@ -36,7 +39,7 @@ func liveState(p *corev1.Pod) State {
 	if _, crashed := p.Labels[ChaosLabel]; crashed {
 		return Closed
 	}
-	if p.Status.Phase == corev1.PodRunning && podIsReady(p) {
+	if p.Status.Phase == corev1.PodRunning {
 		return Serving
 	}
 	return Closed

@@ -42,13 +42,13 @@ func TestPodState(t *testing.T) {
 		want State
 	}{
 		"pending":                   {pod("a", "", corev1.PodPending, false, false), Closed},
-		"running, cold starting":    {pod("a", "127.88.0.1", corev1.PodRunning, false, false), Closed},
+		"running, cold starting":    {pod("a", "127.88.0.1", corev1.PodRunning, false, false), Serving},
 		"running and Ready":         {pod("a", "127.88.0.1", corev1.PodRunning, true, false), Serving},
 		"Ready but terminating":     {pod("a", "127.88.0.1", corev1.PodRunning, true, true), Draining},
 		"not Ready, terminating":    {pod("a", "127.88.0.1", corev1.PodRunning, false, true), Draining},
 		"failed":                    {pod("a", "127.88.0.1", corev1.PodFailed, false, false), Closed},
 		"Ready, crashed by chaos":   {crashed(pod("a", "127.88.0.1", corev1.PodRunning, true, false)), Closed},
-		"no Ready condition at all": {&corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodRunning}}, Closed},
+		"no Ready condition at all": {&corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodRunning}}, Serving},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -72,7 +72,8 @@ func TestFollowerStates(t *testing.T) {
 		do   func()
 		want State
 	}{
-		{"a starts", func() { f.observe(pod("a", ip, corev1.PodRunning, false, false)) }, Closed},
+		{"a is scheduled", func() { f.observe(pod("a", ip, corev1.PodPending, false, false)) }, Closed},
+		{"a runs, cold starting", func() { f.observe(pod("a", ip, corev1.PodRunning, false, false)) }, Serving},
 		{"a is Ready", func() { f.observe(pod("a", ip, corev1.PodRunning, true, false)) }, Serving},
 		{"a terminates", func() { f.observe(pod("a", ip, corev1.PodRunning, true, true)) }, Draining},
 		{"a is gone", func() { f.gone(pod("a", ip, corev1.PodRunning, true, true)) }, Closed},

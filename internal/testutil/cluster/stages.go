@@ -35,9 +35,10 @@ const (
 	// and it turns NotReady CrashDetection later, until the label is
 	// removed, when it is Ready again a cold start later.
 	ChaosLabel = "chaos.tiergate.dev/fail"
-	// RestartLabel on a Ready pod (any value) restarts its containers
-	// once, quickly enough that it stays Ready; the Stage then removes the
-	// label.
+	// RestartLabel on a Ready pod restarts its containers once, quickly
+	// enough that it stays Ready; the Stage then removes the label. Its
+	// value must be new to the pod (the last termination's message names
+	// it, so that kwok restarts the pod once per labelling).
 	RestartLabel = "chaos.tiergate.dev/restart"
 	// StageFieldManager is the field manager the Stages are applied with.
 	StageFieldManager = "tiergate-test-cluster"
