@@ -117,6 +117,33 @@ func TestCluster(t *testing.T) {
 	if err := c.Stop(); err != nil {
 		t.Errorf("second Stop: %v", err)
 	}
+
+	// A second Cluster on the same API server (as suites of one package
+	// start one each) takes over the Nodes the first left, and plays pods.
+	again, err := Start(ctx, env, cfg, Options{Assets: assets, StageCRD: filepath.Join(root, "bin", "kwok", "kwok.x-k8s.io_stages.yaml"),
+		Dir: t.TempDir(), Nodes: 2, Stages: StageOptions{ColdStart: 100 * time.Millisecond}})
+	if err != nil {
+		t.Fatalf("a second cluster on the same API server: %v", err)
+	}
+	defer func() { _ = again.Stop() }()
+	if diff := cmp.Diff([]string{"kwok-node-0", "kwok-node-1"}, again.Nodes); diff != "" {
+		t.Errorf("the second cluster's nodes (-want +got):\n%s", diff)
+	}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "again"},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: "example.invalid/none"}}}}
+	if err := k8s.Create(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 20*time.Second, "a pod Ready on the second cluster", func() error {
+		var p corev1.Pod
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(pod), &p); err != nil {
+			return err
+		}
+		if !podIsReady(&p) || !strings.HasPrefix(p.Spec.NodeName, "kwok-node-") {
+			return fmt.Errorf("node %q, conditions %+v", p.Spec.NodeName, p.Status.Conditions)
+		}
+		return nil
+	})
 }
 
 // checkLoopbackOnly: kube-controller-manager and kube-scheduler listen on

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
@@ -30,7 +31,10 @@ func (c *Cluster) createNodes(ctx context.Context) error {
 				"type":                   "kwok",
 			},
 		}}
-		if err := c.client.Create(ctx, n); err != nil {
+		// A Node an earlier Cluster on this API server left (its package's
+		// suites share the API server) is taken over: kwok manages it by
+		// its annotation, and its pods with it.
+		if err := c.client.Create(ctx, n); err != nil && !apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("creating Node %s: %w", name, err)
 		}
 		c.Nodes = append(c.Nodes, name)
