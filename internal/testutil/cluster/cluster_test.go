@@ -119,13 +119,18 @@ func TestCluster(t *testing.T) {
 	}
 
 	// A second Cluster on the same API server (as suites of one package
-	// start one each) takes over the Nodes the first left, and plays pods.
+	// start one each) replaces the Nodes the first left, and plays pods.
 	again, err := Start(ctx, env, cfg, Options{Assets: assets, StageCRD: filepath.Join(root, "bin", "kwok", "kwok.x-k8s.io_stages.yaml"),
 		Dir: t.TempDir(), Nodes: 2, Stages: StageOptions{ColdStart: 100 * time.Millisecond}})
 	if err != nil {
 		t.Fatalf("a second cluster on the same API server: %v", err)
 	}
-	defer func() { _ = again.Stop() }()
+	defer func() {
+		_ = again.Stop()
+		if t.Failed() {
+			t.Log(again.Logs(40))
+		}
+	}()
 	if diff := cmp.Diff([]string{"kwok-node-0", "kwok-node-1"}, again.Nodes); diff != "" {
 		t.Errorf("the second cluster's nodes (-want +got):\n%s", diff)
 	}

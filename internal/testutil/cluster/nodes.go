@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -31,15 +32,41 @@ func (c *Cluster) createNodes(ctx context.Context) error {
 				"type":                   "kwok",
 			},
 		}}
-		// A Node an earlier Cluster on this API server left (its package's
-		// suites share the API server) is taken over: kwok manages it by
-		// its annotation, and its pods with it.
-		if err := c.client.Create(ctx, n); err != nil && !apierrors.IsAlreadyExists(err) {
+		if err := c.createNode(ctx, n); err != nil {
 			return fmt.Errorf("creating Node %s: %w", name, err)
 		}
 		c.Nodes = append(c.Nodes, name)
 	}
 	return c.waitNodesReady(ctx, 60*time.Second)
+}
+
+// createNode creates n. A Node of its name that an earlier Cluster on this
+// API server left (a package's suites share the API server) is deleted
+// first: its status and lease are the stopped kwok's, and kwok did not
+// play the pods bound to such a Node.
+func (c *Cluster) createNode(ctx context.Context, n *corev1.Node) error {
+	err := c.client.Create(ctx, n)
+	if !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	old := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.Name}}
+	if err := c.client.Delete(ctx, old); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("deleting the Node an earlier cluster left: %w", err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		err := c.client.Get(ctx, client.ObjectKeyFromObject(old), old)
+		if apierrors.IsNotFound(err) {
+			return c.client.Create(ctx, n)
+		}
+		if err != nil {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return errors.New("the Node an earlier cluster left is still there 10s after its deletion")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // waitNodesReady waits until every Node is Ready and has no taint.
