@@ -372,6 +372,11 @@ func (m *model) realign() {
 	sort.Strings(tenants)
 	for _, t := range tenants {
 		cur := m.tenantTier[t]
+		if back := m.tiers[cur.name]; back != nil && back != cur {
+			// t pointed at a tier that emptied, was dropped and is back
+			// (the queue's realignTenants).
+			m.tenantTier[t], cur = back, back
+		}
 		target := cur
 		if lt, ok := m.listed[t]; ok {
 			if tr := m.tiers[lt.Tier]; tr != nil && !tr.retired {
