@@ -273,11 +273,11 @@ func TestScalingPropagates(t *testing.T) {
 	if p99 >= 2*time.Second {
 		t.Errorf("p99 propagation %s, want < 2s", p99)
 	}
-	// The tiers' statuses, and their ScaledBounds event, follow a settled
-	// pool, and a change that settles while the last one is being written
-	// is written after it (latest wins): under 20 quick changes which of
-	// them are written is timing. Once the statuses show R=6, one more
-	// scale to 3 moves every bound from there.
+	// The tiers' statuses, and their ScaledBounds events, follow a settled
+	// pool: which of 20 quick changes the latest-wins tier writer writes,
+	// and through which intermediate bounds (pods go one by one, the
+	// Deployment's status lags), is timing. What holds: the statuses come
+	// to the last change's bounds, and an event says so.
 	tierBounds := func() string {
 		return kubectl.Must(t, "get", "servicetiers", "-n", e.ns, "--sort-by=.spec.basePriority",
 			"-o", `jsonpath={range .items[*]}{.metadata.name}={.status.queueBound} {end}`)
@@ -286,13 +286,16 @@ func TestScalingPropagates(t *testing.T) {
 		if got := tierBounds(); got != "premium=20 standard=80 free=120 " {
 			return fmt.Errorf("bounds %q", got)
 		}
-		return nil
+		return hasEvent(e.ns, "llm", corev1.EventTypeNormal, "ScaledBounds", "→20, standard ")
 	})
 	if took, err := allHold(e.disp, 5*time.Second, matches(samplePolicy(e.ns, e.scale(3), 4, tiersR3N3, sampleTenants))); err != nil {
 		t.Fatalf("the last scale to 3: not held after %s: %v", took, err)
 	}
-	testutil.Eventually(t, 5*time.Second, "ScaledBounds event", func() error {
-		return hasEvent(e.ns, "llm", corev1.EventTypeNormal, "ScaledBounds", "premium 20→10, standard 80→40, free 120→60")
+	testutil.Eventually(t, 5*time.Second, "the tiers' statuses at R=3 and their ScaledBounds event", func() error {
+		if got := tierBounds(); got != "premium=10 standard=40 free=60 " {
+			return fmt.Errorf("bounds %q", got)
+		}
+		return hasEvent(e.ns, "llm", corev1.EventTypeNormal, "ScaledBounds", "→10, standard ")
 	})
 }
 
