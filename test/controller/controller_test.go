@@ -282,7 +282,7 @@ func TestScalingPropagates(t *testing.T) {
 		return kubectl.Must(t, "get", "servicetiers", "-n", e.ns, "--sort-by=.spec.basePriority",
 			"-o", `jsonpath={range .items[*]}{.metadata.name}={.status.queueBound} {end}`)
 	}
-	testutil.Eventually(t, 5*time.Second, "the tiers' statuses at R=6", func() error {
+	testutil.Eventually(t, 15*time.Second, "the tiers' statuses at R=6", func() error {
 		if got := tierBounds(); got != "premium=20 standard=80 free=120 " {
 			return fmt.Errorf("bounds %q", got)
 		}
@@ -291,7 +291,8 @@ func TestScalingPropagates(t *testing.T) {
 	if took, err := allHold(e.disp, 5*time.Second, matches(samplePolicy(e.ns, e.scale(3), 4, tiersR3N3, sampleTenants))); err != nil {
 		t.Fatalf("the last scale to 3: not held after %s: %v", took, err)
 	}
-	testutil.Eventually(t, 5*time.Second, "the tiers' statuses at R=3 and their ScaledBounds event", func() error {
+	// A moving pool's tiers wait up to 10 s of quiet (docs/architecture.md).
+	testutil.Eventually(t, 15*time.Second, "the tiers' statuses at R=3 and their ScaledBounds event", func() error {
 		if got := tierBounds(); got != "premium=10 standard=40 free=60 " {
 			return fmt.Errorf("bounds %q", got)
 		}
