@@ -32,15 +32,19 @@ type mTierFair struct {
 
 // mJobFair is a job's part.
 type mJobFair struct {
-	cost       Cost
-	wcost      int64
-	charged    bool
-	charge     float64
-	chargeTier *mTier
-	epoch      uint64
-	weight     int
-	fair       policy.Fairness
-	settled    bool
+	cost    Cost
+	wcost   int64
+	charged bool
+	charge  float64
+	// chargedCost is wcost when it was charged: a policy that changes the
+	// weights re-costs a claimed job, which is still queued, but its
+	// Settle corrects the charge made (the queue's Handle.wcost).
+	chargedCost int64
+	chargeTier  *mTier
+	epoch       uint64
+	weight      int
+	fair        policy.Fairness
+	settled     bool
 }
 
 func (m *model) weightOf(t string) int {
@@ -128,6 +132,7 @@ func (m *model) charge(j *mJob) {
 	tr := m.tenantTier[j.tenant]
 	tr.f.lastServed, tr.f.hasLast = c.vc, true
 	j.f.charged, j.f.charge, j.f.chargeTier, j.f.epoch, j.f.weight, j.f.fair = true, d, tr, m.f.epoch, w, m.f.fair
+	j.f.chargedCost = j.f.wcost
 }
 
 func (m *model) refund(j *mJob) {
@@ -198,7 +203,7 @@ func (m *model) settleJob(j *mJob, prompt, output int64) {
 	j.f.settled = true
 	if j.f.charged && j.f.epoch == m.f.epoch {
 		actual := j.f.fair.Cost(max(prompt, 0), max(output, 0))
-		if d := float64(actual-j.f.wcost) / float64(j.f.weight); d != 0 {
+		if d := float64(actual-j.f.chargedCost) / float64(j.f.weight); d != 0 {
 			m.adjust(j.f.chargeTier, j.tenant, d)
 		}
 	}

@@ -496,7 +496,12 @@ func TestQueueProperties(t *testing.T) {
 func TestQueuePropertiesFoundSeeds(t *testing.T) {
 	// The model kept a tenant pointing at a tier that emptied, was dropped
 	// and came back; the queue follows the tier back (realignTenants).
-	for _, seed := range []uint64{6210631738107515418, 2624016182183127750, 8418673571858198290, 10503791256159447970, 8227894546898384022} {
+	seeds := []uint64{6210631738107515418, 2624016182183127750, 8418673571858198290, 10503791256159447970, 8227894546898384022}
+	// The model settled a claimed job against its cost re-weighed by a
+	// later policy, not against the cost it was charged (Handle.wcost).
+	seeds = append(seeds, 15442313746949118985, 8164156532095586907, 4954667502159444431, 11741696305652394699,
+		13382985164014421750, 2386440001920298222)
+	for _, seed := range seeds {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) { propertyRuns(t, seed) })
 	}
 }
