@@ -256,6 +256,28 @@ func (q *Queue) maybeDropTenant(ts *tenant) {
 func (q *Queue) maybeDropTier(tr *tierState) {
 	if tr.retired && tr.queued == 0 && tr.inFlight == 0 && q.tiers[tr.name] == tr {
 		delete(q.tiers, tr.name)
+		q.emptyDroppedTier(tr)
+	}
+}
+
+// emptyDroppedTier takes a tier dropped between policies out of the heap
+// of tiers and empties its heaps, as a policy's drop does before its
+// rebuild: they may still name tenants that moved away, which kept it in
+// the heap of tiers, and a tenant left pointing at it (unlisted, no
+// default tier, only running work) must find them empty, with no index
+// into them.
+func (q *Queue) emptyDroppedTier(tr *tierState) {
+	if tr.heapIdx >= 0 && tr.heapIdx < q.tiersByKey.len() && q.tiersByKey.s[tr.heapIdx] == tr {
+		q.tiersByKey.set(tr, false)
+	}
+	tr.heapIdx = -1
+	tr.run.reset()
+	tr.pick.reset()
+	tr.back.reset()
+	for _, ts := range q.tenants {
+		if ts.tier == tr {
+			ts.runIdx, ts.pickIdx, ts.backIdx = -1, -1, -1
+		}
 	}
 }
 

@@ -501,6 +501,11 @@ func TestQueuePropertiesFoundSeeds(t *testing.T) {
 	// later policy, not against the cost it was charged (Handle.wcost).
 	seeds = append(seeds, 15442313746949118985, 8164156532095586907, 4954667502159444431, 11741696305652394699,
 		13382985164014421750, 2386440001920298222)
+	// The queue panicked (iheap.up, index out of range): a tier dropped
+	// when its last job ended, not by a policy, stayed in the heap of
+	// tiers with its heaps, and a tenant still pointing at it kept indices
+	// into them (maybeDropTier, emptyDroppedTier).
+	seeds = append(seeds, 10632551106621454427, 10057406504633221666, 9719139272406085204, 17718584684934538292, 9802850512365133539)
 	for _, seed := range seeds {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) { propertyRuns(t, seed) })
 	}
