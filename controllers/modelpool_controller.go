@@ -251,7 +251,7 @@ func (r *PoolReconciler) desire(pool *v1alpha1.ModelPool, obs *observed, c compu
 	policies := servablePolicies(c.bounds, len(obs.backends))
 	d := desired{hash: contentHash(policies)}
 	d.version = mem.nextVersion(d.hash, pool.Status, states)
-	reserved, _ := reserveVersions(pool.Status.PolicyVersionReserved, d.version)
+	reserved := versionCeiling(pool.Status.PolicyVersionReserved, d.version)
 	targets := dispatcherTargets(obs.dispatchers, pool.Spec.Dispatchers.AdminPort, policies, d.version)
 	d.status = desiredPoolStatus(pool.Status, poolView{
 		Generation:        pool.Generation,

@@ -7,16 +7,16 @@ import "time"
 // one write per step or less, and a restart skips at most 63 versions.
 const versionBlock = 64
 
-// reserveVersions is the reserved ceiling that covers version, given the
-// stored one, and whether it is new: a new ceiling must be stored, with the
-// optimistic lock, before version is pushed, so that a restarted
-// controller or a new leader, which starts above the stored ceiling, never
-// pushes a version this one may have pushed.
-func reserveVersions(stored, version int64) (ceiling int64, reserve bool) {
+// versionCeiling is the reserved ceiling that covers version, given the
+// stored one. A ceiling above the stored one must be stored, with the
+// optimistic lock, before version is pushed (PoolReconciler.reserveVersions),
+// so that a restarted controller or a new leader, which starts above the
+// stored ceiling, never pushes a version this one may have pushed.
+func versionCeiling(stored, version int64) int64 {
 	if version <= stored {
-		return stored, false
+		return stored
 	}
-	return version + versionBlock - 1, true
+	return version + versionBlock - 1
 }
 
 // movingStatusDelay is how long a moving pool's status change (replicas on

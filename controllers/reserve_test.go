@@ -71,7 +71,8 @@ func TestPlanVersion(t *testing.T) {
 			states := []PodState{{Name: "d-0", HeldVersion: tc.held}, {Name: "d-1"}}
 			var got plan
 			got.Version = tc.mem.nextVersion("a", tc.stored, states)
-			got.Ceiling, got.Reserve = reserveVersions(tc.stored.PolicyVersionReserved, got.Version)
+			got.Ceiling = versionCeiling(tc.stored.PolicyVersionReserved, got.Version)
+			got.Reserve = got.Ceiling != tc.stored.PolicyVersionReserved
 			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("(-want +got):\n%s", diff)
 			}

@@ -260,12 +260,13 @@ func (q *Queue) maybeDropTier(tr *tierState) {
 	}
 }
 
-// emptyDroppedTier takes a tier dropped between policies out of the heap
-// of tiers and empties its heaps, as a policy's drop does before its
-// rebuild: they may still name tenants that moved away, which kept it in
+// emptyDroppedTier takes a tier just dropped from q.tiers (by a policy, or
+// when its last job ended) out of the heap of tiers and empties its
+// heaps: they may still name tenants that moved away, which kept it in
 // the heap of tiers, and a tenant left pointing at it (unlisted, no
 // default tier, only running work) must find them empty, with no index
-// into them.
+// into them. While a policy rebuilds, the heap of tiers is stale
+// (fixTenant waits for the rebuild), so the index is checked first.
 func (q *Queue) emptyDroppedTier(tr *tierState) {
 	if tr.heapIdx >= 0 && tr.heapIdx < q.tiersByKey.len() && q.tiersByKey.s[tr.heapIdx] == tr {
 		q.tiersByKey.set(tr, false)

@@ -42,13 +42,7 @@ func (q *Queue) UpdatePolicy(p *policy.Policy) {
 	for name, tr := range q.tiers {
 		if tr.retired && tr.queued == 0 && tr.inFlight == 0 {
 			delete(q.tiers, name)
-			// Its heaps may still name tenants that moved away; a tenant
-			// left pointing at it (unlisted, no default tier, only running
-			// work) must find them empty.
-			tr.run.reset()
-			tr.pick.reset()
-			tr.back.reset()
-			tr.heapIdx = -1
+			q.emptyDroppedTier(tr)
 		}
 	}
 	q.rebuilding = false
