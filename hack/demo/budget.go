@@ -154,9 +154,17 @@ type budgetSummary struct {
 	RetriesAfterHeader int `json:"retriesAfterRetryAfter"`
 	Honoured           int `json:"honoured"`
 	MaxRetryAfter      int `json:"maxRetryAfterSeconds"`
-	// WithHeaders counts the attempts whose answer carried the
-	// x-ratelimit-*-tokens headers.
+	// Answered counts the attempts the dispatchers answered, WithHeaders
+	// those whose answer carried the x-ratelimit-*-tokens headers. An
+	// attempt still waiting when the demo ended has no answer.
+	Answered    int `json:"answered"`
 	WithHeaders int `json:"withHeaders"`
+	// Bare lists the answers without those headers, Lost the attempts
+	// that got no answer though the demo had not ended, and Failures the
+	// calls that failed: each as when and what it was.
+	Bare     []string `json:"bareAnswers,omitempty"`
+	Lost     []string `json:"lostAttempts,omitempty"`
+	Failures []string `json:"failures,omitempty"`
 	// Paced counts the waits on those headers between calls, PacedSeconds
 	// their total.
 	Paced        int     `json:"paced"`
@@ -231,6 +239,7 @@ func (b *budgetSummary) count(c openaiCall) {
 		b.Cut++
 	default:
 		b.Failed++
+		b.Failures = append(b.Failures, fmt.Sprintf("call of %s at %.1fs: %s (%s) after %d attempts", c.Tenant, c.Start.Seconds(), c.Outcome, c.Cause, len(c.Attempts)))
 	}
 	if c.Paced > 0 {
 		b.Paced++
@@ -243,9 +252,7 @@ func (b *budgetSummary) count(c openaiCall) {
 				b.NoRetry++
 			}
 		}
-		if a.Rate.Limit > 0 {
-			b.WithHeaders++
-		}
+		b.countAnswer(c, i)
 		if i == 0 || c.Attempts[i-1].RetryAfter <= 0 {
 			continue
 		}
@@ -255,6 +262,23 @@ func (b *budgetSummary) count(c openaiCall) {
 		if (a.Start - prev.End).Seconds() >= honouredRatio*float64(prev.RetryAfter) {
 			b.Honoured++
 		}
+	}
+}
+
+// countAnswer sorts c's attempt i by its answer and its headers.
+func (b *budgetSummary) countAnswer(c openaiCall, i int) {
+	a := c.Attempts[i]
+	what := fmt.Sprintf("attempt %d of %s's call at %.1fs, %.1fs to %.1fs: %d %s %s", i+1, c.Tenant, c.Start.Seconds(), a.Start.Seconds(), a.End.Seconds(), a.Status, a.Outcome, a.Cause)
+	switch {
+	case a.Status == 0 && a.Outcome != outcomeCut:
+		b.Lost = append(b.Lost, what)
+	case a.Status == 0:
+	case a.Rate.Limit > 0:
+		b.Answered++
+		b.WithHeaders++
+	default:
+		b.Answered++
+		b.Bare = append(b.Bare, what)
 	}
 }
 
@@ -274,8 +298,8 @@ func budgetMarkdown(b *budgetSummary) string {
 	w("The SDK retries a 429 after its `Retry-After`; between calls each worker also waits until the `x-ratelimit-remaining-tokens` of its last answer, refilling at `x-ratelimit-limit-tokens` a minute, would hold its next request.\n\n")
 	w("| calls | succeeded | failed | cut | HTTP attempts | 429 rate_limited | of them x-should-retry: false | retries after Retry-After | honoured | max Retry-After | answers with x-ratelimit-* | paced waits |\n")
 	w("|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
-	w("| %d | %d | %d | %d | %d | %d | %d | %d | %d | %ds | %d | %d (%.0fs) |\n\n", b.Calls, b.Succeeded, b.Failed, b.Cut, b.Attempts, b.RateLimited, b.NoRetry,
-		b.RetriesAfterHeader, b.Honoured, b.MaxRetryAfter, b.WithHeaders, b.Paced, b.PacedSeconds)
+	w("| %d | %d | %d | %d | %d | %d | %d | %d | %d | %ds | %d of %d | %d (%.0fs) |\n\n", b.Calls, b.Succeeded, b.Failed, b.Cut, b.Attempts, b.RateLimited, b.NoRetry,
+		b.RetriesAfterHeader, b.Honoured, b.MaxRetryAfter, b.WithHeaders, b.Answered, b.Paced, b.PacedSeconds)
 	verdict := "within its budget"
 	if !b.Within {
 		verdict = "**more than its budget allows**"

@@ -95,11 +95,12 @@ func TestSummarizeBudget(t *testing.T) {
 			{Start: sec(22.01), End: sec(28), Status: 200, Rate: full},
 		}},
 		// Retried too early, then failed.
-		{Stream: "wayne", Outcome: outcomeRefused, End: sec(60), Attempts: []attempt{
+		{Stream: "wayne", Tenant: "wayne", Outcome: outcomeRefused, Cause: "rate_limited", Start: sec(50), End: sec(60), Attempts: []attempt{
 			{Start: sec(50), End: sec(50), Status: 429, Cause: "rate_limited", RetryAfter: 10, Rate: rateHeaders{Limit: 900}},
 			{Start: sec(55), End: sec(55), Status: 429, Cause: "rate_limited", RetryAfter: 10, Rate: rateHeaders{Limit: 900, NoRetry: true}},
 		}},
-		{Stream: "wayne", Outcome: outcomeCut, Attempts: []attempt{{Start: sec(58), End: sec(60)}}},
+		// Still queued when the demo ended: no answer, so no headers.
+		{Stream: "wayne", Outcome: outcomeCut, Attempts: []attempt{{Start: sec(58), End: sec(60), Outcome: outcomeCut, Cause: "demo ended while queued"}}},
 	}
 	got := summarizeBudget(plan, calls, parts)
 	// From the first attempt (1 s) to the end of the last served call
@@ -108,7 +109,8 @@ func TestSummarizeBudget(t *testing.T) {
 	want := &budgetSummary{
 		Stream: "wayne", Tenant: "wayne", Tier: "standard", Workers: 2, TokensPerMinute: 1800, PerDispatcher: []int64{900, 900}, Cost: 600,
 		Calls: 4, Succeeded: 2, Failed: 1, Cut: 1, Attempts: 6, RateLimited: 3, NoRetry: 1,
-		RetriesAfterHeader: 2, Honoured: 1, MaxRetryAfter: 20, WithHeaders: 5, Paced: 1, PacedSeconds: 5,
+		RetriesAfterHeader: 2, Honoured: 1, MaxRetryAfter: 20, Answered: 5, WithHeaders: 5, Paced: 1, PacedSeconds: 5,
+		Failures:     []string{"call of wayne at 50.0s: refused (rate_limited) after 2 attempts"},
 		PromptTokens: 1000, CompletionTokens: 200, SpanSeconds: 48, AllowedTokens: 3240, Within: true, BeyondBurstPerMinute: 0,
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
@@ -125,13 +127,40 @@ func TestSummarizeBudget(t *testing.T) {
 	}
 	md := budgetMarkdown(got)
 	for _, s := range []string{"## A tenant over its token budget", "`tokensPerMinute: 1800`", "(900 + 900)",
-		"| 4 | 2 | 1 | 1 | 6 | 3 | 1 | 2 | 1 | 20s | 5 | 1 (5s) |", "within its budget", "1800 × (1 + 48.0/60) = 3240 tokens", "Beyond the 1800 of the full buckets it started with (the burst a token bucket allows), it used 0: 0 tokens a minute against its 1800."} {
+		"| 4 | 2 | 1 | 1 | 6 | 3 | 1 | 2 | 1 | 20s | 5 of 5 | 1 (5s) |", "within its budget", "1800 × (1 + 48.0/60) = 3240 tokens", "Beyond the 1800 of the full buckets it started with (the burst a token bucket allows), it used 0: 0 tokens a minute against its 1800."} {
 		if !strings.Contains(md, s) {
 			t.Errorf("the section lacks %q:\n%s", s, md)
 		}
 	}
 	if f := budgetFinding(over); !strings.Contains(f, "**Its answers used 1200 tokens, more than the 1080") {
 		t.Errorf("finding %q", f)
+	}
+}
+
+// TestCountAnswer: an answer without the headers is Bare, an attempt
+// without an answer Lost unless the demo's end cut it.
+func TestCountAnswer(t *testing.T) {
+	for _, tc := range []struct {
+		name             string
+		a                attempt
+		answered, headed int
+		bare, lost       []string
+	}{
+		{name: "answer with headers", a: attempt{Status: 200, Outcome: outcomeServed, Rate: rateHeaders{Limit: 900}}, answered: 1, headed: 1},
+		{name: "refusal without headers", a: attempt{Start: sec(3), End: sec(4), Status: 429, Outcome: outcomeRefused, Cause: "overloaded"}, answered: 1,
+			bare: []string{"attempt 1 of wayne's call at 2.0s, 3.0s to 4.0s: 429 refused overloaded"}},
+		{name: "cut while queued", a: attempt{Outcome: outcomeCut, Cause: "demo ended while queued"}},
+		{name: "transport error", a: attempt{Start: sec(3), End: sec(3), Outcome: outcomeError, Cause: "connection reset by peer"},
+			lost: []string{"attempt 1 of wayne's call at 2.0s, 3.0s to 3.0s: 0 error connection reset by peer"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var b budgetSummary
+			b.countAnswer(openaiCall{Tenant: "wayne", Start: sec(2), Attempts: []attempt{tc.a}}, 0)
+			want := budgetSummary{Answered: tc.answered, WithHeaders: tc.headed, Bare: tc.bare, Lost: tc.lost}
+			if diff := cmp.Diff(want, b); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+		})
 	}
 }
 

@@ -33,7 +33,8 @@ type openaiCall struct {
 
 type attempt struct {
 	Start, End time.Duration
-	Status     int
+	Status     int // 0: no answer came (see Outcome)
+	Outcome    string
 	Cause      string
 	RetryAfter int // seconds, from the refusal
 	// Rate is the answer's x-ratelimit-*-tokens headers.
@@ -133,7 +134,7 @@ func (g *loadGen) middleware(s streamPlan, tenant string) option.Middleware {
 			g.rec.end(rec)
 			if tr != nil {
 				tr.mu.Lock()
-				tr.attempts = append(tr.attempts, attempt{Start: rec.Start, End: rec.End, Status: rec.Status, Cause: rec.Cause, RetryAfter: rec.RetryAfter, Rate: rate})
+				tr.attempts = append(tr.attempts, attempt{Start: rec.Start, End: rec.End, Status: rec.Status, Outcome: rec.Outcome, Cause: rec.Cause, RetryAfter: rec.RetryAfter, Rate: rate})
 				tr.mu.Unlock()
 			}
 		}
