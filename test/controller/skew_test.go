@@ -304,7 +304,7 @@ func TestSkewBudgetsOnAnOlderDispatcher(t *testing.T) {
 		return hasEvent(e.ns, "llm", corev1.EventTypeWarning, string(v1alpha1.ReasonFeaturesNotEnforced),
 			"(they read an older policy schema; upgrade them): "+oldD.pod+": ")
 	})
-	testutil.Eventually(t, 8*time.Second, "acme's status.limits", func() error {
+	testutil.Eventually(t, 15*time.Second, "acme's status.limits", func() error {
 		want := &v1alpha1.LimitsStatus{RequestsPerMinute: 600, TokensPerMinute: 60001, Source: v1alpha1.LimitsFromBoth,
 			PerDispatcher: &v1alpha1.LimitsSplit{Dispatchers: 2, RequestsPerMinute: &v1alpha1.BudgetRange{Min: 300, Max: 300},
 				TokensPerMinute: &v1alpha1.BudgetRange{Min: 30000, Max: 30001}}}
